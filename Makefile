@@ -1,0 +1,39 @@
+# The two commands of the README: `make quickstart` and `make test`.
+PYTHON ?= python
+PIP ?= $(PYTHON) -m pip
+PYTEST_ARGS ?=
+
+.PHONY: install install-dev system image quickstart test lint format bench clean
+
+install:            ## the package and its core stack
+	$(PIP) install -q -e .
+
+install-dev:        ## + tests, the Hugging Face reference (CPU torch) and notebooks
+	$(PIP) install -q -e '.[test,hf,notebooks]'
+
+system:             ## docker.io, bubblewrap, debootstrap; dockerd running; sandbox image built
+	bash scripts/system_setup.sh
+
+image:
+	$(PYTHON) -m sandbox.images build
+
+quickstart: install ## set up and run the main job on the embedded default
+	bash scripts/system_setup.sh --no-docker
+	$(PYTHON) -m sandbox.demo
+
+test: install-dev system  ## set up everything and run the whole suite
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+lint:
+	ruff format --check .
+	ruff check .
+
+format:
+	ruff format .
+	ruff check --fix .
+
+bench:
+	$(PYTHON) benchmarks/sandbox_bench.py
+
+clean:
+	rm -rf build *.egg-info .pytest_cache

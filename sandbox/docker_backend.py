@@ -1,0 +1,267 @@
+"""The production backend: one long-lived Docker container per sandbox, via the Engine API.
+
+The container's PID 1 is the agent (no ``docker exec`` per command: requests
+travel over the attach socket, which is what makes exec cheap). Isolation:
+no network by default, memory/CPU/pids limits, all capabilities dropped,
+no-new-privileges, read-only root, size-capped tmpfs workspace and /tmp.
+``stdin_once`` + ``auto_remove`` mean that if the host process dies — even by
+SIGKILL — the agent sees EOF, exits, and the daemon removes the container;
+:meth:`DockerBackend.gc` sweeps anything left (also run on start-up).
+
+A backend talks to one daemon, local or remote (``unix://``, ``tcp://``,
+``ssh://``); several backends spread sandboxes over several hosts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from sandbox import images
+from sandbox.agent import BOOTSTRAP
+from sandbox.base import LABEL, Backend, Sandbox, owner_tag
+from sandbox.channel import MultiplexedSocketTransport
+from sandbox.errors import (
+    DaemonUnreachable,
+    ImageMissing,
+    SandboxInfraError,
+    SandboxStartError,
+    SandboxVanished,
+)
+from sandbox.spec import SandboxSpec
+
+log = logging.getLogger(__name__)
+
+_OOM_FILES = ["/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"]
+
+
+def _docker():
+    import docker  # deferred: `import sandbox` must not need the SDK's import time
+
+    return docker
+
+
+class DockerSandbox(Sandbox):
+    backend = "docker"
+
+    def __init__(self, spec: SandboxSpec, backend: DockerBackend):
+        super().__init__(spec)
+        self._backend = backend
+        self._container = None
+        try:
+            self._start()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self) -> None:
+        docker = _docker()
+        spec = self.spec
+        client = self._backend.client
+        tmpfs_opts = "rw,exec,nosuid,nodev,mode=1777,size={}m"
+        try:
+            api = client.api
+            host_config = api.create_host_config(
+                auto_remove=True,
+                network_mode="bridge" if spec.network else "none",
+                mem_limit=spec.memory_mb << 20,
+                memswap_limit=spec.memory_mb << 20,
+                nano_cpus=int(spec.cpus * 1e9),
+                pids_limit=spec.pids,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges:true"],
+                read_only=spec.read_only_root,
+                tmpfs={spec.workdir: tmpfs_opts.format(spec.workspace_mb), "/tmp": tmpfs_opts.format(spec.tmp_mb)},
+                shm_size=f"{spec.tmp_mb}m",
+                log_config=docker.types.LogConfig(type="none"),
+            )
+            created = api.create_container(
+                spec.image,
+                command=["python3", "-I", "-S", "-u", "-c", BOOTSTRAP],
+                name=self.id,
+                hostname="sandbox",
+                user="0:0",
+                working_dir=spec.workdir,
+                stdin_open=True,  # with detach=False this sets StdinOnce: our detaching = EOF = exit
+                detach=False,
+                tty=False,
+                labels={LABEL: "1", "agentrl.owner": owner_tag(), "agentrl.created": f"{time.time():.0f}"},
+                host_config=host_config,
+            )
+            self._container = client.containers.prepare_model({"Id": created["Id"]})
+            raw = client.api.attach_socket(
+                self._container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            self._attach = raw  # keep the response alive: collecting it closes the socket
+            self._container.start()
+        except docker.errors.ImageNotFound as exc:
+            raise self._backend.missing_image(spec.image) from exc
+        except docker.errors.APIError as exc:
+            raise SandboxStartError(
+                f"cannot start a container from {spec.image}: {exc.explanation or exc}", backend=self.backend
+            ) from exc
+        except docker.errors.DockerException as exc:  # transport-level: daemon gone
+            raise DaemonUnreachable(f"{self._backend.address}: {exc}", backend=self.backend) from exc
+        transport = MultiplexedSocketTransport(getattr(raw, "_sock", raw))
+        self._boot(transport, oom_files=_OOM_FILES)
+
+    def _diagnose(self, reason: str) -> SandboxInfraError:
+        docker = _docker()
+        if self._container is None:
+            return SandboxStartError(reason, backend=self.backend)
+        try:
+            self._container.reload()
+        except docker.errors.NotFound:
+            return SandboxVanished(
+                f"{reason}; container {self.id} no longer exists (killed or removed)", backend=self.backend
+            )
+        except Exception as exc:  # noqa: BLE001 - any failure to reach the daemon
+            return DaemonUnreachable(
+                f"{reason}; daemon {self._backend.address} unreachable: {exc}", backend=self.backend
+            )
+        state = self._container.attrs.get("State", {})
+        if state.get("Status") != "running":
+            detail = f"status={state.get('Status')} exit={state.get('ExitCode')} oom={state.get('OOMKilled')}"
+            return SandboxVanished(f"{reason}; container {self.id} stopped ({detail})", backend=self.backend)
+        return SandboxInfraError(
+            f"{reason}; container {self.id} still running", backend=self.backend, cause="agent_lost"
+        )
+
+    def _teardown(self) -> None:
+        if self._container is None:
+            return
+        docker = _docker()
+        try:
+            self._container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress (auto_remove)
+                log.warning("could not remove container %s: %s", self.id, exc)
+        except Exception as exc:  # noqa: BLE001 - daemon gone: gc() removes it later
+            log.warning("could not remove container %s (daemon %s): %s", self.id, self._backend.address, exc)
+
+    def describe(self) -> dict:
+        return dict(super().describe(), host=self._backend.address)
+
+
+class DockerBackend(Backend):
+    """Makes Docker sandboxes on one daemon.
+
+    Args:
+      url: daemon URL (``unix:///var/run/docker.sock``, ``tcp://10.0.0.2:2375``,
+        ``ssh://user@host``); default ``DOCKER_HOST`` or the local socket.
+      gc_on_start: remove containers leaked by dead processes on first use.
+      timeout: seconds for each Engine API call.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self, url: str | None = None, *, gc_on_start: bool = True, timeout: float = 60.0, max_pool_size: int = 64
+    ):
+        self.url = url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        self._timeout = timeout
+        self._pool = max_pool_size
+        self._client = None
+        self._lock = threading.Lock()
+        self._gc_on_start = gc_on_start
+        self._images_seen: set[str] = set()
+
+    @property
+    def address(self) -> str:
+        return self.url
+
+    @property
+    def client(self):
+        """The SDK client, connected on first use; :class:`DaemonUnreachable` if the daemon is down."""
+        with self._lock:
+            if self._client is None:
+                docker = _docker()
+                try:
+                    client = docker.DockerClient(
+                        base_url=self.url, version="auto", timeout=self._timeout, max_pool_size=self._pool
+                    )
+                    client.ping()
+                except Exception as exc:  # noqa: BLE001 - every way of not reaching it
+                    raise DaemonUnreachable(
+                        f"no Docker daemon answers at {self.url} ({exc.__class__.__name__}: {exc}); "
+                        "start it (`dockerd &` as root, or `make docker`) or pass another url",
+                        backend=self.name,
+                    ) from exc
+                self._client = client
+                if self._gc_on_start:
+                    self._gc_locked(all_owners=False)
+            return self._client
+
+    def missing_image(self, image: str) -> ImageMissing:
+        where = "" if self.url == "unix:///var/run/docker.sock" else f" --docker-url {self.url}"
+        return ImageMissing(
+            f"image {image} not found on {self.url}: run `{images.BUILD_COMMAND}{where}`", backend=self.name
+        )
+
+    def check(self, spec: SandboxSpec | None = None) -> None:
+        spec = spec or SandboxSpec()
+        client = self.client
+        if spec.image in self._images_seen:
+            return
+        try:
+            client.images.get(spec.image)
+        except _docker().errors.ImageNotFound as exc:
+            raise self.missing_image(spec.image) from exc
+        except Exception as exc:  # noqa: BLE001
+            raise DaemonUnreachable(f"{self.url}: {exc}", backend=self.name) from exc
+        self._images_seen.add(spec.image)
+
+    def create(self, spec: SandboxSpec) -> DockerSandbox:
+        self.check(spec)
+        return DockerSandbox(spec, self)
+
+    def gc(self, *, all_owners: bool = False) -> int:
+        """Removes agentrl containers whose owning process is gone (or all with ``all_owners``)."""
+        self.client  # noqa: B018 - connect (and fail clearly) first
+        with self._lock:
+            return self._gc_locked(all_owners=all_owners)
+
+    def _gc_locked(self, *, all_owners: bool) -> int:
+        docker = _docker()
+        me = owner_tag()
+        node = os.uname().nodename
+        removed = 0
+        for container in self._client.containers.list(all=True, filters={"label": LABEL}):
+            owner = container.labels.get("agentrl.owner", "")
+            host, _, pid = owner.rpartition(":")
+            if not all_owners:
+                if owner == me or host != node or not pid.isdigit() or _pid_alive(int(pid)):
+                    continue
+            elif owner == me:
+                continue
+            try:
+                container.remove(force=True)
+                removed += 1
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:
+                    log.warning("gc: could not remove %s: %s", container.name, exc)
+        if removed:
+            log.info("gc removed %d leaked sandbox containers on %s", removed, self.url)
+        return removed
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs and starts what the sandboxes need on a Debian/Ubuntu machine (as root):
+# docker.io, bubblewrap, debootstrap; a running dockerd; the sandbox image.
+# Idempotent: every step checks first. Usage: scripts/system_setup.sh [--no-docker]
+set -euo pipefail
+want_docker=1
+[ "${1:-}" = "--no-docker" ] && want_docker=0
+
+log() { printf '[setup] %s\n' "$*"; }
+
+if [ "$(id -u)" != 0 ]; then
+  log "not root: skipping apt and dockerd (install docker.io bubblewrap debootstrap yourself)"
+  exit 0
+fi
+
+pkgs=()
+command -v bwrap >/dev/null || pkgs+=(bubblewrap)
+command -v debootstrap >/dev/null || pkgs+=(debootstrap)
+if [ "$want_docker" = 1 ]; then
+  command -v dockerd >/dev/null || pkgs+=(docker.io)
+fi
+if [ "${#pkgs[@]}" -gt 0 ]; then
+  log "apt-get install ${pkgs[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+fi
+
+if [ "$want_docker" = 1 ]; then
+  if ! docker info >/dev/null 2>&1; then
+    log "starting dockerd (log: /var/log/agentrl-dockerd.log)"
+    nohup dockerd >/var/log/agentrl-dockerd.log 2>&1 &
+    for _ in $(seq 1 60); do
+      docker info >/dev/null 2>&1 && break
+      sleep 1
+    done
+    docker info >/dev/null 2>&1 || { log "dockerd did not come up:"; tail -n 30 /var/log/agentrl-dockerd.log; exit 1; }
+  fi
+  log "dockerd is running ($(docker version --format '{{.Server.Version}}'))"
+  python -m sandbox.images build
+else
+  python -m sandbox.images build --no-docker
+fi
