@@ -79,6 +79,18 @@ def _process_table(me):
     return table
 
 
+def _raise_oom_score():
+    """In the child before exec: whatever the command spawns is what the OOM killer takes first.
+
+    Set before exec (not after spawn) so a fork bomb cannot fork at the old score.
+    """
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
 class Agent:
     def __init__(self, config):
         self.workdir = config["workdir"]
@@ -193,7 +205,11 @@ class Agent:
             if exc.errno == errno.E2BIG:
                 msg = "command or environment too long for execve (E2BIG); write long scripts to a file first"
                 return {"error": "usage", "message": msg}, []
-            return {"error": "usage", "message": "cannot execute %r: %s" % (argv[0], exc)}, []
+            # Like a shell: a missing program is 127, one that cannot start (pids limit hit) 126.
+            code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
+            msg = ("agentrl: cannot execute %r: %s\n" % (argv[0], exc.strerror or exc)).encode()
+            header = {"exit_code": code, "timed_out": False, "truncated": False, "duration_s": 0.0, "oom_killed": False}
+            return header, [b"", msg]
         for fd in (in_r, out_w, err_w):
             os.close(fd)
         self.wanted.add(pid)
@@ -239,13 +255,9 @@ class Agent:
             env=env,
             start_new_session=True,
             close_fds=True,
+            preexec_fn=_raise_oom_score,  # safe: the agent is single-threaded
         )
         proc.returncode = 0  # the agent reaps; stop Popen from ever waiting on it
-        try:  # the code we run is the first thing the OOM killer takes, never the agent
-            with open("/proc/%d/oom_score_adj" % proc.pid, "w") as f:
-                f.write("1000")
-        except OSError:
-            pass
         return proc.pid
 
     def _pump(self, pid, out_r, err_r, in_w, stdin, cap, deadline):

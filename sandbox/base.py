@@ -101,7 +101,7 @@ class Sandbox(abc.ABC):
             "writable": [self.spec.workdir, "/tmp", "/dev/shm"],
             "env": env,
             "oom_files": list(oom_files),
-            "rlimits": dict(rlimits or {}),
+            "rlimits": {"NOFILE": 4096, "CORE": 0, **(rlimits or {})},
         }
         self._channel = AgentChannel(transport, self.backend, self._diagnose)
         self._channel.boot(config, BOOT_TIMEOUT_S)

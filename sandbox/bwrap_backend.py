@@ -70,7 +70,7 @@ class BwrapSandbox(Sandbox):
             BOOTSTRAP,
         ]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        rlimits = {"FSIZE": spec.workspace_mb << 20, "NOFILE": 4096, "CORE": 0}
+        rlimits = {}
         if self._cgroup is not None:
             env["AGENTRL_CGROUP_PROCS"] = " ".join(self._cgroup.procs_files)
             argv = ["/bin/sh", "-c", _JOIN_CGROUPS, "sh", *argv]
@@ -115,6 +115,7 @@ class BwrapSandbox(Sandbox):
                     args += ["--ro-bind" if spec.read_only_root else "--bind", str(entry), f"/{entry.name}"]
         args += ["--proc", "/proc", "--dev", "/dev", "--dir", "/run/agentrl"]
         args += ["--size", str(spec.tmp_mb << 20), "--tmpfs", "/tmp"]
+        args += ["--size", str(spec.tmp_mb << 20), "--tmpfs", "/dev/shm"]
         args += ["--size", str(spec.workspace_mb << 20), "--tmpfs", spec.workdir, "--chmod", "1777", spec.workdir]
         if self._cgroup is not None:
             args += ["--ro-bind", self._cgroup.oom_file, "/run/agentrl/oom"]

@@ -23,7 +23,7 @@ STEPS = [
 
 def tour(backend_name: str) -> None:
     backend = get_backend(backend_name)
-    spec = SandboxSpec(memory_mb=256)
+    spec = SandboxSpec(memory_mb=256, workspace_mb=64, tmp_mb=32)
     t0 = time.perf_counter()
     with backend.create(spec) as sb:
         print(f"\n== {backend_name}: sandbox {sb.id} up in {1e3 * (time.perf_counter() - t0):.0f} ms ==")

@@ -12,6 +12,7 @@ from sandbox.errors import SandboxUsageError
 from sandbox.images import DEFAULT_IMAGE
 
 _MAX_ENV_BYTES = 1 << 20
+AGENT_RESERVE_MB = 64  # memory kept free of tmpfs files, for the agent and processes
 
 
 def _check(cond: bool, field: str, expected: str, value: Any) -> None:
@@ -47,7 +48,8 @@ class SandboxSpec:
       image: Docker image tag; the bwrap backend runs on the root filesystem the
         image build left next to it (see :mod:`sandbox.images`).
       cpus: CPU quota in cores (fractions allowed).
-      memory_mb: memory limit of everything inside, tmpfs contents included.
+      memory_mb: memory limit of everything inside, tmpfs contents included; must cover
+        ``workspace_mb + 2 * tmp_mb`` (/tmp and /dev/shm) plus a 64 MB reserve.
       pids: maximum number of processes and threads (fork-bomb containment).
       workspace_mb: size of the writable workspace (a tmpfs: this is the disk quota).
       tmp_mb: size of the writable ``/tmp``.
@@ -110,6 +112,15 @@ class SandboxSpec:
             "a normalised absolute path other than /, /proc, /sys, /dev, /tmp",
             self.workdir,
         )
+        # Files in the tmpfs mounts (workspace, /tmp, /dev/shm) are memory of the sandbox: if they
+        # could fill the memory limit, the next fork would OOM-kill the agent and a model's own
+        # doing would look like an infrastructure failure.
+        floor = self.workspace_mb + 2 * self.tmp_mb + AGENT_RESERVE_MB
+        if self.memory_mb < floor:
+            raise SandboxUsageError(
+                f"SandboxSpec.memory_mb: expected >= workspace_mb + 2 * tmp_mb + {AGENT_RESERVE_MB} = {floor} "
+                f"(tmpfs contents count as memory), got {self.memory_mb}; raise memory_mb or lower workspace_mb/tmp_mb"
+            )
         object.__setattr__(self, "env", check_env(self.env, "SandboxSpec.env"))
 
     def replace(self, **changes: Any) -> SandboxSpec:
