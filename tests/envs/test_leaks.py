@@ -1,0 +1,83 @@
+"""Split-leak detection and the oracle-reachability probe on real sandboxes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from envs.leaks import find_split_leaks, jaccard, minhash, normalise, probe_oracle, secret_lines, shingles
+from envs.tasks import Task, load_tasks
+from tests.envs.conftest import make_env
+
+GIT = "git -c user.name=x -c user.email=x@y"
+
+
+def test_shipped_sets_have_no_split_leaks():
+    tasks = [t for name in ("math", "repair", "shell", "pipeline") for t in load_tasks(f"builtin:{name}")]
+    assert find_split_leaks(tasks) == []
+
+
+def test_exact_and_near_duplicates_across_splits_are_found():
+    source = list(load_tasks("builtin:repair"))
+    train = next(t for t in source if t.split == "train")
+    reworded = train.prompt.replace("\n", "  ").upper().replace(".", " !")  # formatting changes only
+    near = train.prompt.replace("Fix it", "Please repair the function")
+    copies = [
+        dataclasses.replace(train, id="copy/exact", split="eval", hidden={}),
+        dataclasses.replace(train, id="copy/reworded", split="test", hidden={}),
+        dataclasses.replace(train, id="copy/near", split="eval", prompt=near, hidden={}),
+        dataclasses.replace(train, id="copy/tests", split="eval", prompt="An unrelated prompt about something else."),
+    ]
+    copies[1] = dataclasses.replace(copies[1], prompt=reworded)
+    leaks = {(leak.eval_id, leak.field): leak for leak in find_split_leaks([*source, *copies])}
+    assert leaks[("copy/exact", "prompt")].exact and leaks[("copy/reworded", "prompt")].exact
+    assert not leaks[("copy/near", "prompt")].exact and leaks[("copy/near", "prompt")].similarity >= 0.8
+    assert leaks[("copy/tests", "hidden")].train_id == train.id
+    assert all(leak.train_id == train.id for leak in leaks.values())
+
+
+def test_minhash_estimates_jaccard():
+    a = shingles("the quick brown fox jumps over the lazy dog " * 3)
+    b = shingles("the quick brown fox leaps over the lazy cat " * 3)
+    estimate = sum(x == y for x, y in zip(minhash(a), minhash(b), strict=True)) / len(minhash(a))
+    assert abs(estimate - jaccard(a, b)) < 0.2
+    assert normalise("Hello,   WORLD!\n") == "hello world"
+
+
+def test_secret_lines_exclude_what_is_visible():
+    task = load_tasks("builtin:repair").get("repair/fahrenheit-precedence")
+    secrets = secret_lines(task)
+    assert "return (f - 32) * 5 / 9" in secrets
+    assert "return c * 9 / 5 + 32" not in secrets  # in the visible module already
+    assert any("test_round_trip" in line for line in secrets)
+
+
+def test_probe_finds_planted_leaks(pool):
+    env = make_env("agentrl/RepoRepair-v0", pool)
+    task = env.tasks.get("repair/fahrenheit-precedence")
+    env.reset(options={"task": task})
+    assert probe_oracle(env.sandbox, task) == []  # a fresh repository reveals nothing
+    # A careless task author: the fix committed, then reset away (still in the reflog and objects).
+    env.sandbox.exec(
+        f"sed -i 's|f - 32 \\* 5 / 9|(f - 32) * 5 / 9|' units/temperature.py && {GIT} commit -qam fix "
+        "&& git reset -q --hard HEAD~1",
+        timeout=30,
+    )
+    assert env.sandbox.exec("grep -c '(f - 32)' units/temperature.py", timeout=10).stdout_text.strip() == "0"
+    findings = probe_oracle(env.sandbox, task)
+    assert any("return (f - 32) * 5 / 9" in f and ".git" in f for f in findings)
+    env.reset(options={"task": task})
+    hidden = task.hidden["tests"]["test_temperature.py"]
+    env.sandbox.write_files({"/tmp/cache/t.py": hidden})
+    env.sandbox.exec("nohup env LEAK='assert f_to_c(32) == 0' sleep 30 >/dev/null 2>&1 &", timeout=10)
+    findings = probe_oracle(env.sandbox, task)
+    assert any("/tmp/cache/t.py" in f for f in findings)
+    assert any("environment of pid" in f for f in findings)
+    env.close()
+
+
+def test_probe_on_a_task_without_secrets_is_clean(bwrap_pool):
+    task = Task(id="p/none", domain="shell", prompt="Just look around.", gold={"script": "ls"})
+    env = make_env("agentrl/ShellOps-v0", bwrap_pool, tasks=[task])
+    env.reset(seed=0)
+    assert probe_oracle(env.sandbox, task) == []
+    env.close()
