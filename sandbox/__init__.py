@@ -4,6 +4,13 @@
     with get_backend("bwrap").create(SandboxSpec()) as sb:
         result = sb.exec("python3 -c 'print(6*7)'", timeout=5)
 
+At scale: a :class:`WarmPool` of reusable sandboxes over one or more hosts and a
+:class:`Scheduler` that runs :class:`Job` s on it (priorities, timeouts, retries
+of infrastructure failures only, metrics):
+
+    with Scheduler("bwrap", capacity=2) as sched:  # or Scheduler(WarmPool([...hosts...]))
+        results = sched.run([Job(fn, spec=SandboxSpec()) for fn in fns])
+
 ``sandbox`` imports nothing from ``rl``, ``envs``, JAX or gymnasium: an eval
 harness can use it alone.
 """
@@ -17,7 +24,9 @@ from sandbox.errors import (
     AgentUnresponsive,
     BackendUnavailable,
     DaemonUnreachable,
+    HostUnavailable,
     ImageMissing,
+    PoolTimeout,
     SandboxClosed,
     SandboxError,
     SandboxFileError,
@@ -26,7 +35,12 @@ from sandbox.errors import (
     SandboxUsageError,
     SandboxVanished,
 )
+from sandbox.hosts import Host
 from sandbox.images import DEFAULT_IMAGE
+from sandbox.jobs import Batch, Job, JobHandle, JobResult, RetryPolicy
+from sandbox.pool import WarmPool
+from sandbox.pooled import PoolConfig, PooledSandbox
+from sandbox.scheduler import Scheduler
 from sandbox.spec import ExecResult, SandboxSpec
 
 BACKENDS = ("bwrap", "docker")
@@ -51,9 +65,19 @@ __all__ = [
     "AgentUnresponsive",
     "Backend",
     "BackendUnavailable",
+    "Batch",
     "DaemonUnreachable",
     "ExecResult",
+    "Host",
+    "HostUnavailable",
     "ImageMissing",
+    "Job",
+    "JobHandle",
+    "JobResult",
+    "PoolConfig",
+    "PoolTimeout",
+    "PooledSandbox",
+    "RetryPolicy",
     "Sandbox",
     "SandboxClosed",
     "SandboxError",
@@ -63,6 +87,8 @@ __all__ = [
     "SandboxStartError",
     "SandboxUsageError",
     "SandboxVanished",
+    "Scheduler",
     "Snapshot",
+    "WarmPool",
     "get_backend",
 ]

@@ -24,6 +24,7 @@ import os
 import selectors
 import shutil
 import signal
+import stat
 import struct
 import sys
 import tarfile
@@ -77,6 +78,25 @@ def _process_table(me):
         except (OSError, ValueError, IndexError):
             continue
     return table
+
+
+def _listing(roots, limit):
+    """[path, kind (d/f/l/o), size of files, mode] of everything under ``roots``, at most ``limit``."""
+    entries = []
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in dirnames + filenames:
+                path = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                mode = st.st_mode
+                kind = "d" if stat.S_ISDIR(mode) else "l" if stat.S_ISLNK(mode) else "f" if stat.S_ISREG(mode) else "o"
+                entries.append([path, kind, st.st_size if kind == "f" else 0, stat.S_IMODE(mode)])
+                if len(entries) >= limit:
+                    return entries
+    return entries
 
 
 def _raise_oom_score():
@@ -355,6 +375,21 @@ class Agent:
         if len(data) > limit:
             return {"error": "file", "message": "read %s: larger than max_bytes=%d" % (path, limit)}, []
         return {"ok": True}, [data]
+
+    def op_probe(self, req, blobs):
+        """What the writable dirs hold and how many processes run, seen from here (no command spawned).
+
+        The warm pool's hygiene check after a reset: one round trip instead of a ``find`` exec.
+        """
+        limit = int(req.get("max_entries", 10000))
+        entries = _listing(self.writable, limit + 1)
+        entries.sort()
+        return {
+            "ok": True,
+            "entries": entries[:limit],
+            "truncated": len(entries) > limit,
+            "processes": len(_process_table(self.pid)),
+        }, []
 
     def op_killall(self, req, blobs):
         self.kill_all()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import atexit
 import dataclasses
+import logging
 import math
 import os
 import posixpath
@@ -34,6 +35,7 @@ BOOT_TIMEOUT_S = 60.0
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LABEL = "agentrl.sandbox"
 
+log = logging.getLogger(__name__)
 _live: weakref.WeakSet[Sandbox] = weakref.WeakSet()
 
 
@@ -90,6 +92,10 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     def _teardown(self) -> None:
         """Destroys the isolated environment; must be idempotent and never raise."""
+
+    @abc.abstractmethod
+    def _abort(self) -> None:
+        """Kills the isolated environment without closing any host file descriptor; safe from any thread."""
 
     def _boot(
         self, transport: Transport, *, oom_files: Sequence[str] = (), rlimits: Mapping[str, int] | None = None
@@ -185,6 +191,15 @@ class Sandbox(abc.ABC):
         response, _ = self._call("ping", {}, timeout=BOOT_TIMEOUT_S)
         return {"pid": response["pid"], "processes": response["processes"]}
 
+    def probe(self) -> dict[str, Any]:
+        """What the writable dirs hold and how many processes run, from the agent (no command is spawned).
+
+        Returns ``{"entries": [[path, kind, size, mode], ...] (sorted; kind d/f/l/o), "truncated": bool,
+        "processes": int}``; the warm pool compares it with a fresh sandbox's after every reset.
+        """
+        response, _ = self._call("probe", {"max_entries": 10000}, timeout=BOOT_TIMEOUT_S)
+        return {k: response[k] for k in ("entries", "truncated", "processes")}
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -192,6 +207,21 @@ class Sandbox(abc.ABC):
     @property
     def healthy(self) -> bool:
         return not self._closed and self._channel is not None and not self._channel.broken
+
+    def abort(self) -> None:
+        """Kills the sandbox underneath, from any thread: a call blocked in another thread fails at once.
+
+        This is how a wall-clock limit is enforced from outside (the scheduler's job timeouts, batch
+        cancellation). Unlike :meth:`close` it frees no host resources: closing a descriptor that another
+        thread is blocked on could hand that thread a descriptor the next sandbox reuses. The owning thread
+        still calls :meth:`close`. Idempotent; never raises.
+        """
+        if self._closed:
+            return
+        try:
+            self._abort()
+        except Exception as exc:  # noqa: BLE001 - best effort: close() still tears everything down
+            log.warning("abort of sandbox %s failed: %s", self.id, exc)
 
     def describe(self) -> dict[str, Any]:
         """Where and what this sandbox is, for trajectories and logs."""

@@ -11,6 +11,7 @@ else from rlimits alone, which the startup log says.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import logging
 import os
 import shutil
@@ -26,6 +27,20 @@ from sandbox.errors import BackendUnavailable, ImageMissing, SandboxInfraError, 
 from sandbox.spec import SandboxSpec
 
 log = logging.getLogger(__name__)
+
+# `--die-with-parent` (PR_SET_PDEATHSIG) fires when the *thread* that forked bwrap exits, not the
+# process. The warm pool and the scheduler create sandboxes from short-lived threads, which would
+# take their sandboxes down with them; so every bwrap is forked by this one long-lived thread.
+_spawner = cf.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentrl-bwrap-spawner")
+
+
+def _popen(argv: list[str], **kwargs) -> subprocess.Popen:
+    try:
+        future = _spawner.submit(subprocess.Popen, argv, **kwargs)
+    except RuntimeError:  # interpreter shutting down: no new threads; the caller's is all there is
+        return subprocess.Popen(argv, **kwargs)
+    return future.result()
+
 
 # Entries of the image root that are bound read-only; the rest are fresh mounts.
 _SKIP_ROOT_ENTRIES = {"proc", "dev", "sys", "tmp", "run", "workspace", "lost+found", ".agentrl-complete"}
@@ -77,12 +92,12 @@ class BwrapSandbox(Sandbox):
         else:  # no cgroup: per-process limits are all we have
             rlimits.update({"AS": spec.memory_mb << 20, "CPU": int(spec.timeout_s * 4) + 60})
         try:
-            self._proc = subprocess.Popen(
+            self._proc = _popen(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, close_fds=True
             )
         except OSError as exc:
             raise SandboxStartError(f"cannot run bwrap: {exc}", backend=self.backend) from exc
-        transport = PipeTransport(self._proc.stdin.fileno(), self._proc.stdout.fileno())
+        transport = PipeTransport(self._proc.stdin, self._proc.stdout)
         oom_files = ["/run/agentrl/oom"] if self._cgroup is not None else []
         self._boot(transport, oom_files=oom_files, rlimits=rlimits)
 
@@ -147,6 +162,11 @@ class BwrapSandbox(Sandbox):
                     pass
         if self._cgroup is not None:
             self._cgroup.destroy()
+
+    def _abort(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.kill()  # the agent is PID 1 of the namespace: everything inside dies with it
 
     def describe(self) -> dict:
         return dict(super().describe(), cgroup=self._cgroup is not None)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 from sandbox import agent
 from sandbox.errors import (
@@ -70,31 +70,43 @@ class _Buffered:
 
 
 class PipeTransport(_Buffered):
-    """The stdin/stdout pipes of a local child process (the bwrap backend)."""
+    """The stdin/stdout pipes of a local child process (the bwrap backend).
 
-    def __init__(self, stdin_fd: int, stdout_fd: int):
+    Holds the pipes' file objects rather than bare descriptor numbers: closing a file object twice is
+    a no-op, whereas ``os.close(n)`` twice can close a descriptor another thread has just been given
+    the same number for (sandboxes are created and closed concurrently under the warm pool).
+    """
+
+    def __init__(self, stdin: BinaryIO, stdout: BinaryIO):
         super().__init__()
-        self._in = stdin_fd
-        self._out = stdout_fd
+        self._in_file = stdin
+        self._out_file = stdout
+        self._in = stdin.fileno()
+        self._out = stdout.fileno()
 
     def send(self, data: bytes) -> None:
         view = memoryview(data)
         try:
             while view:
+                if self._in_file.closed:
+                    raise EOFError("agent stdin closed")
                 view = view[os.write(self._in, view) :]
         except (BrokenPipeError, OSError) as exc:
             raise EOFError(f"agent stdin closed: {exc}") from exc
 
     def _read_chunk(self, timeout: float) -> bytes | None:
-        ready, _, _ = select.select([self._out], [], [], timeout)
-        if not ready:
+        if self._out_file.closed:
+            raise EOFError("agent stdout closed")
+        poller = select.poll()  # not select(): descriptors pass 1024 with hundreds of sandboxes
+        poller.register(self._out, select.POLLIN)
+        if not poller.poll(max(0, int(timeout * 1000))):
             return None
         return os.read(self._out, 1 << 20)
 
     def close(self) -> None:
-        for fd in (self._in, self._out):
+        for stream in (self._in_file, self._out_file):
             try:
-                os.close(fd)
+                stream.close()
             except OSError:
                 pass
 
@@ -140,11 +152,15 @@ class MultiplexedSocketTransport(_Buffered):
                 return b""
             self._raw += data
 
-    def close(self) -> None:
+    def interrupt(self) -> None:
+        """Wakes a reader blocked on the socket (it sees EOF) without freeing the descriptor; any thread."""
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+    def close(self) -> None:
+        self.interrupt()
         self._sock.close()
 
 

@@ -43,6 +43,12 @@ def _docker():
     return docker
 
 
+def _requests_error() -> type[Exception]:
+    import requests  # the SDK's transport
+
+    return requests.exceptions.RequestException
+
+
 class DockerSandbox(Sandbox):
     backend = "docker"
 
@@ -50,6 +56,7 @@ class DockerSandbox(Sandbox):
         super().__init__(spec)
         self._backend = backend
         self._container = None
+        self._transport: MultiplexedSocketTransport | None = None
         try:
             self._start()
         except BaseException:
@@ -85,6 +92,9 @@ class DockerSandbox(Sandbox):
                 user="0:0",
                 working_dir=spec.workdir,
                 stdin_open=True,  # with detach=False this sets StdinOnce: our detaching = EOF = exit
+                # The agent is PID 1 and ignores SIGTERM: `docker stop` and a daemon shutdown would
+                # only wait out their grace period before the SIGKILL that actually ends it.
+                stop_signal="SIGKILL",
                 detach=False,
                 tty=False,
                 labels={LABEL: "1", "agentrl.owner": owner_tag(), "agentrl.created": f"{time.time():.0f}"},
@@ -104,7 +114,10 @@ class DockerSandbox(Sandbox):
             ) from exc
         except docker.errors.DockerException as exc:  # transport-level: daemon gone
             raise DaemonUnreachable(f"{self._backend.address}: {exc}", backend=self.backend) from exc
+        except (_requests_error(), OSError) as exc:  # the SDK lets these through when the daemon dies mid-call
+            raise DaemonUnreachable(f"{self._backend.address}: {exc}", backend=self.backend) from exc
         transport = MultiplexedSocketTransport(getattr(raw, "_sock", raw))
+        self._transport = transport
         self._boot(transport, oom_files=_OOM_FILES)
 
     def _diagnose(self, reason: str) -> SandboxInfraError:
@@ -142,6 +155,20 @@ class DockerSandbox(Sandbox):
                 log.warning("could not remove container %s: %s", self.id, exc)
         except Exception as exc:  # noqa: BLE001 - daemon gone: gc() removes it later
             log.warning("could not remove container %s (daemon %s): %s", self.id, self._backend.address, exc)
+
+    def _abort(self) -> None:
+        container = self._container
+        if container is not None:
+            # The kill is an Engine API call that can hang on a lost remote daemon: off this thread.
+            threading.Thread(target=self._kill_quietly, args=(container,), daemon=True).start()
+        if self._transport is not None:
+            self._transport.interrupt()  # a call blocked on the socket sees EOF now
+
+    def _kill_quietly(self, container) -> None:
+        try:
+            container.kill()
+        except Exception as exc:  # noqa: BLE001 - gone already, or the daemon is: close() cleans up
+            log.debug("abort: kill of %s failed: %s", self.id, exc)
 
     def describe(self) -> dict:
         return dict(super().describe(), host=self._backend.address)
@@ -182,7 +209,13 @@ class DockerBackend(Backend):
                 docker = _docker()
                 try:
                     client = docker.DockerClient(
-                        base_url=self.url, version="auto", timeout=self._timeout, max_pool_size=self._pool
+                        base_url=self.url,
+                        version="auto",
+                        timeout=self._timeout,
+                        max_pool_size=self._pool,
+                        # ssh:// through the system `ssh` binary (as the docker CLI does): no paramiko
+                        # needed, and ~/.ssh/config, agents and known_hosts apply.
+                        use_ssh_client=self.url.startswith("ssh://"),
                     )
                     client.ping()
                 except Exception as exc:  # noqa: BLE001 - every way of not reaching it

@@ -73,6 +73,18 @@ class SandboxStartError(SandboxInfraError):
     cause = "start_failed"
 
 
+class HostUnavailable(SandboxInfraError):
+    """No healthy host can run the sandbox (all daemons down, or none has the image)."""
+
+    cause = "host_unavailable"
+
+
+class PoolTimeout(SandboxInfraError):
+    """No pooled sandbox became free within the caller's timeout (the pool is saturated)."""
+
+    cause = "pool_timeout"
+
+
 class SandboxFileError(SandboxError, OSError):
     """A file operation inside the sandbox failed for a reason inside it (missing, no space)."""
 
