@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from envs.episode import Episode, TokenCounter, ToolCallRecord, approx_tokens
-from envs.parsing import ToolCallError, format_tool_call, parse_tool_calls, tool_response_block
+from envs.parsing import ParsedAction, ToolCallError, format_tool_call, parse_tool_calls, tool_response_block
 from envs.sandboxes import FreshSandboxes, SandboxFactory, SandboxRelease
 from envs.spaces import UnicodeText
 from envs.tasks import Task, TaskError, TaskSource, load_tasks
@@ -64,6 +64,10 @@ class AgentEnv(gym.Env[str, str]):
     default_tasks: ClassVar[str] = ""
     system_prompt: ClassVar[str] = "You are an agent working in a Linux sandbox. Use the tools to complete the task."
     final_answer_ends_episode: ClassVar[bool] = False
+    # False for stateless domains (a calculator-like tool, nothing to set up): a sandbox is taken
+    # only for the tool calls of one step and handed back right after, so thousands of episodes in
+    # flight need only as many sandboxes as tool calls run at once.
+    hold_sandbox: ClassVar[bool] = True
     sandbox_spec: ClassVar[SandboxSpec] = SandboxSpec(memory_mb=1024, timeout_s=60.0)
 
     def __init__(
@@ -158,12 +162,14 @@ class AgentEnv(gym.Env[str, str]):
         self._release_sandbox()
         self._infra_error = None
         task = self._select_task(options or {})
-        sandbox = self._acquire(self.spec_for_sandbox)
-        try:
-            self.setup_sandbox(sandbox, task)
-        except BaseException:
-            self._release(sandbox)
-            raise
+        sandbox = None
+        if self.hold_sandbox:
+            sandbox = self._acquire(self.spec_for_sandbox)
+            try:
+                self.setup_sandbox(sandbox, task)
+            except BaseException:
+                self._release(sandbox)
+                raise
         self.sandbox, self.task = sandbox, task
         messages = self.build_messages(task)
         self.episode = Episode(
@@ -171,7 +177,7 @@ class AgentEnv(gym.Env[str, str]):
             task_id=task.id,
             domain=task.domain,
             messages=copy.deepcopy(messages),
-            sandbox=sandbox.describe(),
+            sandbox=sandbox.describe() if sandbox is not None else {},
         )
         self.episode.tokens = sum(self.count_tokens(m["content"]) for m in messages)
         info = {
@@ -258,6 +264,21 @@ class AgentEnv(gym.Env[str, str]):
                 episode.end_reason = "final_answer"
                 return [], []
             return [{"role": "user", "content": NO_TOOL_CALL.replace("{tools}", ", ".join(self.tools))}], []
+        if self.sandbox is None:  # hold_sandbox=False: a sandbox for this step's calls only
+            try:
+                self.sandbox = self._acquire(self.spec_for_sandbox)
+            except SandboxInfraError as exc:
+                episode.end_reason, self._infra_error = "sandbox_error", exc
+                return [], []
+            episode.sandbox = self.sandbox.describe()
+        try:
+            return self._run_tools(parsed)
+        finally:
+            if not self.hold_sandbox:
+                self._release_sandbox()
+
+    def _run_tools(self, parsed: ParsedAction) -> tuple[list[dict[str, Any]], list[ToolCallRecord]]:
+        episode = self.episode
         messages, records = [], []
         ctx = ToolContext(self.sandbox, self.task, self.tool_timeout_s, self.max_tool_output_chars)
         for item in parsed.items:

@@ -121,7 +121,9 @@ class PolicyLossConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"PolicyLossConfig.{name}: expected >= 0, got {getattr(self, name)!r}")
         if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"PolicyLossConfig.aggregation: expected one of {sorted(AGGREGATIONS)}, got {self.aggregation!r}")
+            raise ValueError(
+                f"PolicyLossConfig.aggregation: expected one of {sorted(AGGREGATIONS)}, got {self.aggregation!r}"
+            )
 
 
 def kl_k3(logprobs: Array, ref_logprobs: Array) -> Array:
@@ -140,7 +142,7 @@ def policy_loss(
     ref_logprobs: Array | None = None,
     entropy: Array | None = None,
 ) -> tuple[Array, dict[str, Array]]:
-    """PPO-clip / GRPO surrogate: ``-min(ρA, clip(ρ, 1-ε_low, 1+ε_high)A)`` per sampled token.
+    """PPO-clip / GRPO surrogate: ``-min(r*A, clip(r, 1-eps_low, 1+eps_high)*A)`` with ratio ``r`` per sampled token.
 
     ``old_logprobs`` are the *sampler's* log-probs of the tokens it produced, so
     the importance ratio stays correct for rollouts one or more steps stale.
