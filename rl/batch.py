@@ -1,0 +1,100 @@
+"""The learner's input: token-exact sequences with masks, packed into static shapes.
+
+Alignment: ``tokens[b, t]`` is the t-th token of sequence ``b``; per-token arrays
+(``loss_mask``, ``old_logprobs``, ``ref_logprobs``) describe *that token as a
+target*, i.e. the prediction made at position ``t - 1``. Position 0 is never a
+target. ``loss_mask`` is 1 exactly on tokens the policy sampled; prompt,
+observation (tool output) and padding tokens are 0 and never train.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from flax import struct
+
+
+@struct.dataclass
+class TrainBatch:
+    """A padded batch of trajectories (a pytree: crosses ``jit``).
+
+    Attributes:
+      tokens: int32 ``[B, T]``, right-padded.
+      input_mask: bool ``[B, T]``, True on real (non-padding) tokens.
+      loss_mask: float32 ``[B, T]``, 1 on sampled tokens (targets that train).
+      old_logprobs: float32 ``[B, T]``, the sampler's raw (temperature-1) log-prob of each
+        sampled token; 0 elsewhere. The PPO importance ratio is taken against these.
+      advantages: float32 ``[B]``, one per sequence (broadcast over its tokens).
+      weights: float32 ``[B]``, 1 for real rows, 0 for rows added to fill a bucket.
+    """
+
+    tokens: jax.Array
+    input_mask: jax.Array
+    loss_mask: jax.Array
+    old_logprobs: jax.Array
+    advantages: jax.Array
+    weights: jax.Array
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.tokens.shape)
+
+
+def round_up(n: int, buckets: Sequence[int]) -> int:
+    """The smallest bucket >= n (or n rounded up to a multiple of the largest bucket)."""
+    for b in sorted(buckets):
+        if n <= b:
+            return b
+    top = max(buckets)
+    return -(-n // top) * top
+
+
+def pack(
+    sequences: Sequence[Sequence[int]],
+    loss_masks: Sequence[Sequence[float]],
+    old_logprobs: Sequence[Sequence[float]],
+    advantages: Sequence[float],
+    *,
+    pad_id: int,
+    length_buckets: Sequence[int] = (64, 128, 256, 512, 1024, 2048, 4096, 8192),
+    batch_multiple: int = 1,
+    max_len: int | None = None,
+) -> TrainBatch:
+    """Pads host-side trajectories into a :class:`TrainBatch` of bucketed, static shape.
+
+    Rows are added (weight 0, all-zero masks) so ``B`` is a multiple of
+    ``batch_multiple`` (the data-parallel size times the number of micro-batches).
+    Sequences longer than ``max_len`` are cut, dropping their trailing tokens.
+    """
+    n = len(sequences)
+    if not n:
+        raise ValueError("pack(sequences=): expected at least one sequence")
+    if not (len(loss_masks) == len(old_logprobs) == len(advantages) == n):
+        raise ValueError("pack: sequences, loss_masks, old_logprobs and advantages must have the same length")
+    longest = max(len(s) for s in sequences)
+    if max_len is not None:
+        longest = min(longest, max_len)
+    t = round_up(longest, length_buckets)
+    if max_len is not None:
+        t = min(t, max_len)
+    b = -(-n // batch_multiple) * batch_multiple
+    tokens = np.full((b, t), pad_id, np.int32)
+    input_mask = np.zeros((b, t), bool)
+    loss = np.zeros((b, t), np.float32)
+    old = np.zeros((b, t), np.float32)
+    adv = np.zeros((b,), np.float32)
+    weights = np.zeros((b,), np.float32)
+    for i, (seq, m, lp) in enumerate(zip(sequences, loss_masks, old_logprobs, strict=True)):
+        if not (len(seq) == len(m) == len(lp)):
+            raise ValueError(f"pack: sequence {i} has {len(seq)} tokens but {len(m)} mask and {len(lp)} log-prob entries")
+        k = min(len(seq), t)
+        tokens[i, :k] = seq[:k]
+        input_mask[i, :k] = True
+        loss[i, :k] = m[:k]
+        old[i, :k] = lp[:k]
+        adv[i] = advantages[i]
+        weights[i] = 1.0
+    loss[:, 0] = 0.0  # position 0 has no prediction
+    return TrainBatch(tokens, input_mask, loss, old, adv, weights)
