@@ -42,6 +42,10 @@ class TrainBatch:
         return tuple(self.tokens.shape)
 
 
+DEFAULT_LENGTH_BUCKETS = (64, 96, 128, 160, 192, 256, 320, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+
+
 def round_up(n: int, buckets: Sequence[int]) -> int:
     """The smallest bucket >= n (or n rounded up to a multiple of the largest bucket)."""
     for b in sorted(buckets):
@@ -58,15 +62,18 @@ def pack(
     advantages: Sequence[float],
     *,
     pad_id: int,
-    length_buckets: Sequence[int] = (64, 128, 256, 512, 1024, 2048, 4096, 8192),
+    length_buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
     batch_multiple: int = 1,
     max_len: int | None = None,
+    batch_buckets: Sequence[int] | None = DEFAULT_BATCH_BUCKETS,
 ) -> TrainBatch:
     """Pads host-side trajectories into a :class:`TrainBatch` of bucketed, static shape.
 
-    Rows are added (weight 0, all-zero masks) so ``B`` is a multiple of
-    ``batch_multiple`` (the data-parallel size times the number of micro-batches).
-    Sequences longer than ``max_len`` are cut, dropping their trailing tokens.
+    Rows are added (weight 0, all-zero masks) so ``B`` reaches the next of
+    ``batch_buckets`` and is a multiple of ``batch_multiple`` (the data-parallel
+    size times the number of micro-batches): the number of trained episodes
+    varies step to step (dropped groups), and each new shape would compile the
+    train step again. Sequences longer than ``max_len`` lose their trailing tokens.
     """
     n = len(sequences)
     if not n:
@@ -79,7 +86,8 @@ def pack(
     t = round_up(longest, length_buckets)
     if max_len is not None:
         t = min(t, max_len)
-    b = -(-n // batch_multiple) * batch_multiple
+    b = round_up(n, batch_buckets) if batch_buckets else n
+    b = -(-b // batch_multiple) * batch_multiple
     tokens = np.full((b, t), pad_id, np.int32)
     input_mask = np.zeros((b, t), bool)
     loss = np.zeros((b, t), np.float32)
@@ -88,7 +96,9 @@ def pack(
     weights = np.zeros((b,), np.float32)
     for i, (seq, m, lp) in enumerate(zip(sequences, loss_masks, old_logprobs, strict=True)):
         if not (len(seq) == len(m) == len(lp)):
-            raise ValueError(f"pack: sequence {i} has {len(seq)} tokens but {len(m)} mask and {len(lp)} log-prob entries")
+            raise ValueError(
+                f"pack: sequence {i} has {len(seq)} tokens but {len(m)} mask and {len(lp)} log-prob entries"
+            )
         k = min(len(seq), t)
         tokens[i, :k] = seq[:k]
         input_mask[i, :k] = True

@@ -92,7 +92,7 @@ class MetricsWriter:
         if self._tb is not None:
             for key, value in clean.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self._tb.add_scalar(key, value, step)
+                    self._tb.add_scalar(key.replace("@", "_at_"), value, step)
         return clean
 
     def close(self) -> None:

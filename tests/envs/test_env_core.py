@@ -18,6 +18,7 @@ AGENT_IDS = sorted(k for k in gym.registry if k.startswith("agentrl/"))
 
 def test_all_domains_are_registered():
     assert AGENT_IDS == [
+        "agentrl/Arithmetic-v0",
         "agentrl/CodeCompletion-v0",
         "agentrl/DataPipeline-v0",
         "agentrl/Math-v0",

@@ -1,0 +1,222 @@
+"""Reusable pieces of experiment configs: plain functions returning ``ConfigDict``s.
+
+Every experiment composes: a model, task pools with weights, a sandbox backend,
+an algorithm with its loss, an optimizer, the rollout settings, evaluation, and
+the loop. Only ``ml_collections`` is imported here (configs name code by string).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_collections as mlc
+
+
+def model(
+    preset: str = "tiny",
+    *,
+    path: str = "",
+    tokenizer: str = "byte",
+    dtype: str = "float32",
+    param_dtype: str = "float32",
+    **overrides: Any,
+) -> mlc.ConfigDict:
+    """A model preset (``rl.models.PRESETS``) or, with ``path``, a local Hugging Face directory.
+
+    ``tokenizer``: ``"byte"`` (the embedded byte-level default) or a directory / tokenizer.json.
+    ``overrides`` change preset fields (e.g. ``num_layers=4``).
+    """
+    return mlc.ConfigDict(
+        {
+            "preset": preset,
+            "path": path,
+            "tokenizer": tokenizer,
+            "dtype": dtype,
+            "param_dtype": param_dtype,
+            "overrides": dict(overrides),
+        }
+    )
+
+
+def mesh(data: int = 1, fsdp: int = -1, tensor: int = 1) -> mlc.ConfigDict:
+    """Mesh axis sizes; -1 means "the rest of the devices". Logical→mesh rules live in rl.sharding."""
+    return mlc.ConfigDict({"shape": {"data": data, "fsdp": fsdp, "tensor": tensor}})
+
+
+def pool(source: str, weight: float = 1.0, split: str | None = None) -> dict[str, Any]:
+    """One task pool of the training/eval mix (``builtin:math``, ``arithmetic:train``, a JSONL path...)."""
+    return {"source": source, "weight": weight, "split": split}
+
+
+def sandbox(
+    backend: str = "bwrap", *, hosts: tuple[str, ...] = (), capacity: int = 0, max_sandboxes: int = 0
+) -> mlc.ConfigDict:
+    """Where tool calls run: ``bwrap`` (local, fast) or ``docker`` (``hosts``: daemon URLs).
+
+    ``capacity``/``max_sandboxes`` of 0 mean "derive from the host's cores".
+    """
+    return mlc.ConfigDict(
+        {"backend": backend, "hosts": list(hosts), "capacity": capacity, "max_sandboxes": max_sandboxes}
+    )
+
+
+def grpo(
+    *,
+    advantage: str = "grpo",
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    kl_coef: float = 0.0,
+    entropy_coef: float = 0.0,
+    aggregation: str = "token",
+    dynamic_sampling: bool = False,
+    epochs: int = 1,
+) -> mlc.ConfigDict:
+    """GRPO and its published variants (Dr. GRPO: ``advantage="dr_grpo", aggregation="constant"``;
+    DAPO: ``clip_high=0.28, dynamic_sampling=True``)."""
+    return mlc.ConfigDict(
+        {
+            "name": "grpo",
+            "advantage": advantage,
+            "dynamic_sampling": dynamic_sampling,
+            "epochs": epochs,
+            "loss": {
+                "clip_low": clip_low,
+                "clip_high": clip_high,
+                "kl_coef": kl_coef,
+                "entropy_coef": entropy_coef,
+                "aggregation": aggregation,
+            },
+        }
+    )
+
+
+def ppo(*, clip: float = 0.2, epochs: int = 2, kl_coef: float = 0.0, entropy_coef: float = 0.0) -> mlc.ConfigDict:
+    """Critic-free PPO-clip: batch-baseline advantages, several passes over each rollout batch
+    (the importance ratio against the sampler's log-probs keeps later passes correct)."""
+    cfg = grpo(
+        advantage="batch", clip_low=clip, clip_high=clip, kl_coef=kl_coef, entropy_coef=entropy_coef, epochs=epochs
+    )
+    cfg.name = "ppo"
+    return cfg
+
+
+def optimizer(
+    learning_rate: float = 3e-4,
+    *,
+    warmup_steps: int = 5,
+    weight_decay: float = 0.0,
+    grad_clip_norm: float = 1.0,
+    microbatches: int = 1,
+    end_lr_ratio: float = 0.1,
+) -> mlc.ConfigDict:
+    """AdamW with linear warmup then cosine decay to ``end_lr_ratio * learning_rate``."""
+    return mlc.ConfigDict(
+        {
+            "learning_rate": learning_rate,
+            "warmup_steps": warmup_steps,
+            "weight_decay": weight_decay,
+            "grad_clip_norm": grad_clip_norm,
+            "microbatches": microbatches,
+            "b1": 0.9,
+            "b2": 0.99,
+            "eps": 1e-8,
+            "end_lr_ratio": end_lr_ratio,
+        }
+    )
+
+
+def rollout(
+    *,
+    group_size: int = 8,
+    max_turns: int = 4,
+    max_new_tokens: int = 256,
+    max_context: int = 2048,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    render_tools: bool = True,
+    env_workers: int = 8,
+    tool_timeout_s: float = 30.0,
+) -> mlc.ConfigDict:
+    return mlc.ConfigDict(
+        {
+            "group_size": group_size,
+            "max_turns": max_turns,
+            "max_new_tokens": max_new_tokens,
+            "max_context": max_context,
+            "temperature": temperature,
+            "top_p": top_p,
+            "top_k": top_k,
+            "render_tools": render_tools,
+            "env_workers": env_workers,
+            "tool_timeout_s": tool_timeout_s,
+            "env_kwargs": {},
+        }
+    )
+
+
+def sft(
+    steps: int = 0,
+    *,
+    data: str = "",
+    batch_size: int = 32,
+    learning_rate: float = 1e-3,
+    warmup_steps: int = 10,
+    options: dict[str, Any] | None = None,
+) -> mlc.ConfigDict:
+    """An optional supervised warm start before RL (``steps=0``: none), with its own optimizer schedule."""
+    return mlc.ConfigDict(
+        {
+            "steps": steps,
+            "data": data,
+            "batch_size": batch_size,
+            "learning_rate": learning_rate,
+            "warmup_steps": warmup_steps,
+            "options": dict(options or {}),
+        }
+    )
+
+
+def evaluation(
+    pools: dict[str, dict[str, Any]], *, every: int = 10, num_tasks: int = 100, k: int = 4, temperature: float = 1.0
+) -> mlc.ConfigDict:
+    """Held-out evaluation: greedy pass rate, and pass@1 / pass@k from ``k`` samples at ``temperature``."""
+    return mlc.ConfigDict({"pools": pools, "every": every, "num_tasks": num_tasks, "k": k, "temperature": temperature})
+
+
+def loop(
+    *,
+    steps: int = 100,
+    tasks_per_step: int = 16,
+    checkpoint_every: int = 10,
+    keep_checkpoints: int = 3,
+    max_len: int = 2048,
+) -> mlc.ConfigDict:
+    return mlc.ConfigDict(
+        {
+            "steps": steps,
+            "tasks_per_step": tasks_per_step,
+            "checkpoint_every": checkpoint_every,
+            "keep_checkpoints": keep_checkpoints,
+            "max_len": max_len,
+        }
+    )
+
+
+def base(**parts: Any) -> mlc.ConfigDict:
+    """An experiment from its parts; every part has a default."""
+    config = mlc.ConfigDict()
+    config.seed = parts.pop("seed", 0)
+    config.model = parts.pop("model", model())
+    config.mesh = parts.pop("mesh", mesh())
+    config.tasks = parts.pop("tasks", {})
+    config.sandbox = parts.pop("sandbox", sandbox())
+    config.algorithm = parts.pop("algorithm", grpo())
+    config.optimizer = parts.pop("optimizer", optimizer())
+    config.rollout = parts.pop("rollout", rollout())
+    config.sft = parts.pop("sft", sft())
+    config.eval = parts.pop("eval", evaluation({}))
+    config.loop = parts.pop("loop", loop())
+    if parts:
+        raise ValueError(f"configs.common.base: unknown parts {sorted(parts)}")
+    return config

@@ -1,0 +1,366 @@
+"""The learner: one sharded, jitted optimizer step for GRPO / PPO-clip / SFT over a :class:`TrainBatch`.
+
+How a step is built, and why:
+  - **Pure step, compiled once per batch shape.** ``(params, opt_state, step, ref_params, rest,
+    batch) -> (params, opt_state, step, metrics)`` under one ``jax.jit`` with explicit in/out
+    shardings: parameters and AdamW moments by their logical-axis shardings
+    (:func:`rl.sharding.state_shardings`), the batch split along ``B`` over the mesh axes the
+    ``"batch"`` rule names (``data`` x ``fsdp`` by default), scalars and metrics replicated.
+    Parameters, optimizer state and the step counter are donated, so an update needs no second
+    copy of the model in device memory.
+  - **The sampler's module is the source of truth for the weights.** Every step reads the
+    parameters from the ``Transformer`` it was given and writes the new ones back with
+    ``nnx.update``; a :class:`rl.sampler.Sampler` built on the same module therefore samples
+    from the newest policy with no copy. (Donation deletes the old buffers: do not keep arrays
+    from ``nnx.state(model)`` across a step.)
+  - **Exact gradient accumulation** over ``microbatches`` inside the one step (see :mod:`rl.optim`,
+    which holds the pure step; this module is its host side).
+  - **GRPO and PPO share a loss.** Both use the clipped surrogate of
+    :func:`rl.losses.policy_loss`; they differ only in how the *caller* computes advantages
+    (group-relative vs. anything else), so ``algorithm`` only selects policy vs. SFT behaviour.
+  - **Temperature.** The ratio's log-probs are computed at ``LearnerConfig.temperature``, which
+    must be the temperature the ``old_logprobs`` were taken at. The sampler's ``raw_logprobs``
+    are temperature-1, full-vocabulary log-probs, so RL configs sample at temperature 1 with no
+    top-k/top-p and keep ``temperature=1.0`` here.
+  - **Reference policy.** Only when ``loss.kl_coef > 0``: a copy of the initial parameters,
+    placed with the same shardings (no full copy on one device), whose log-probs are computed
+    inside the step; it is part of :meth:`Learner.state`, so a resumed run keeps the same one.
+  - Parameters and compute keep the model's own dtypes (``ModelConfig.param_dtype`` /
+    ``dtype``); log-probs, losses and the accumulated gradients are float32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from rl import optim
+from rl.batch import TrainBatch
+from rl.losses import PolicyLossConfig
+from rl.models.transformer import Transformer
+from rl.sharding import DEFAULT_RULES, Rules, host_to_sharded, logical_to_spec, state_shardings
+
+ALGORITHMS = ("grpo", "ppo", "sft")
+# Aggregations whose micro-batch split is exact (see rl.optim.microbatch_shares); a new entry in
+# rl.losses.AGGREGATIONS needs one here before it can be used with microbatches > 1.
+_SPLITTABLE = ("token", "sequence", "constant")
+_BATCH_FIELDS = {  # field -> (dtype, rank)
+    "tokens": (np.int32, 2),
+    "input_mask": (np.bool_, 2),
+    "loss_mask": (np.float32, 2),
+    "old_logprobs": (np.float32, 2),
+    "advantages": (np.float32, 1),
+    "weights": (np.float32, 1),
+}
+
+
+def _fail(field: str, expected: str, value: Any) -> None:
+    raise ValueError(f"LearnerConfig.{field}: expected {expected}, got {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Optimizer, schedule and loss settings of a :class:`Learner`; validated on construction.
+
+    Attributes:
+      algorithm: ``"grpo"`` or ``"ppo"`` (clipped policy loss; they differ only in the caller's
+        advantages) or ``"sft"`` (masked cross-entropy) — what :meth:`Learner.train_step` does.
+      learning_rate: peak AdamW learning rate.
+      warmup_steps: linear warmup steps (step 0 already uses ``learning_rate / warmup_steps``).
+      total_steps: the cosine decay reaches ``end_lr_ratio * learning_rate`` at this step.
+      end_lr_ratio: final learning rate as a fraction of the peak, in [0, 1].
+      weight_decay: decoupled AdamW decay, applied to matrices only (see :func:`rl.optim.decay_mask`).
+      b1, b2, eps: AdamW moments' decay rates and denominator epsilon.
+      grad_clip_norm: clip the global gradient norm to this; ``None`` disables clipping.
+      microbatches: gradient-accumulation steps inside one jitted step; ``B`` must be divisible
+        by the mesh's batch parallelism times this.
+      temperature: temperature of the ``old_logprobs`` (see module doc; 1.0 for the sampler's
+        ``raw_logprobs``).
+      loss: the clipped policy loss's settings (clip range, KL and entropy coefficients,
+        token aggregation).
+    """
+
+    algorithm: str = "grpo"
+    learning_rate: float = 1e-6
+    warmup_steps: int = 0
+    total_steps: int = 1000
+    end_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    grad_clip_norm: float | None = 1.0
+    microbatches: int = 1
+    temperature: float = 1.0
+    loss: PolicyLossConfig = dataclasses.field(default_factory=PolicyLossConfig)
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            _fail("algorithm", f"one of {ALGORITHMS}", self.algorithm)
+        if not (_real(self.learning_rate) and self.learning_rate > 0):
+            _fail("learning_rate", "a finite float > 0", self.learning_rate)
+        if not (_is_int(self.total_steps) and self.total_steps >= 1):
+            _fail("total_steps", "an int >= 1", self.total_steps)
+        if not (_is_int(self.warmup_steps) and 0 <= self.warmup_steps <= self.total_steps):
+            _fail("warmup_steps", f"an int in [0, total_steps={self.total_steps}]", self.warmup_steps)
+        if not (_real(self.end_lr_ratio) and 0.0 <= self.end_lr_ratio <= 1.0):
+            _fail("end_lr_ratio", "a float in [0, 1]", self.end_lr_ratio)
+        if not (_real(self.weight_decay) and self.weight_decay >= 0.0):
+            _fail("weight_decay", "a finite float >= 0", self.weight_decay)
+        for name in ("b1", "b2"):
+            if not (_real(getattr(self, name)) and 0.0 <= getattr(self, name) < 1.0):
+                _fail(name, "a float in [0, 1)", getattr(self, name))
+        if not (_real(self.eps) and 0.0 < self.eps < 1.0):
+            _fail("eps", "a float in (0, 1)", self.eps)
+        if self.grad_clip_norm is not None and not (_real(self.grad_clip_norm) and self.grad_clip_norm > 0):
+            _fail("grad_clip_norm", "None or a finite float > 0", self.grad_clip_norm)
+        if not (_is_int(self.microbatches) and self.microbatches >= 1):
+            _fail("microbatches", "an int >= 1", self.microbatches)
+        if not (_real(self.temperature) and self.temperature > 0):
+            _fail("temperature", "a finite float > 0 (the sampler's; 1.0 for raw_logprobs)", self.temperature)
+        if not isinstance(self.loss, PolicyLossConfig):
+            _fail("loss", "a rl.losses.PolicyLossConfig", self.loss)
+        if self.microbatches > 1 and self.loss.aggregation not in _SPLITTABLE:
+            _fail("loss.aggregation", f"one of {_SPLITTABLE} when microbatches > 1", self.loss.aggregation)
+
+    @property
+    def use_reference(self) -> bool:
+        """Whether a frozen reference policy is kept (KL penalty on, policy algorithms only)."""
+        return self.loss.kl_coef > 0 and self.algorithm != "sft"
+
+
+# Compiled programs shared by learners of the same model structure, config, mesh and rules (a
+# learner rebuilt to resume from a checkpoint reuses the program instead of recompiling).
+_PROGRAMS: dict[tuple, Any] = {}
+
+
+class Learner:
+    """Trains ``model`` in place on ``mesh``: AdamW state, step counter and (if KL) a reference policy.
+
+    Args:
+      model: the policy; its parameters are read before and written back after every step, so
+        a sampler on the same module always sees the newest weights.
+      mesh: a ``(data, fsdp, tensor)`` mesh (:func:`rl.sharding.make_mesh`).
+      config: optimizer, schedule and loss settings.
+      rules: logical-axis rules mapping parameter and batch axes to mesh axes (use the model's).
+
+    Usage from a training loop (sampler and learner share ``model``)::
+
+        sampler, learner = Sampler(model, tokenizer, mesh), Learner(model, mesh, LearnerConfig(...))
+        if (step := checkpointer.latest_step()) is not None:
+            state, extra = checkpointer.restore(step, learner.abstract_state())
+            learner.load_state(state)                 # also puts the weights back into `model`
+        ...                                           # rollouts: completions' raw_logprobs -> old_logprobs
+        batch = rl.batch.pack(..., batch_multiple=learner.batch_multiple)
+        metrics = learner.train_step(batch)           # {"train/loss": ...}; `model` now holds the new weights
+        checkpointer.save(learner.step, learner.state(), extra)   # before the next step donates them
+    """
+
+    def __init__(self, model: Transformer, mesh: Mesh, config: LearnerConfig, rules: Rules = DEFAULT_RULES):
+        if not isinstance(config, LearnerConfig):
+            raise TypeError(f"Learner(config=): expected a LearnerConfig, got {type(config).__name__}")
+        self.model, self.mesh, self.config, self.rules = model, mesh, config, tuple(rules)
+        self._graphdef = nnx.graphdef(model)
+        params, rest = nnx.state(model, nnx.Param, ...)
+        self._param_shardings = state_shardings(params, mesh, self.rules)
+        self._rest_shardings = state_shardings(rest, mesh, self.rules)
+        self._replicated = NamedSharding(mesh, PartitionSpec())
+        tx, _ = optim.make_optimizer(config)
+        self._opt_shardings = state_shardings(jax.eval_shape(tx.init, params), mesh, self.rules)
+        params = self._params()  # placed in its shardings, and written back into the model
+        with jax.set_mesh(mesh):
+            self._opt_state = jax.jit(tx.init, out_shardings=self._opt_shardings)(params)
+        self._step = jax.device_put(jnp.zeros((), jnp.int32), self._replicated)
+        # A real copy: the live parameters are donated every step, the reference must survive.
+        self._ref = jax.device_put(params, self._param_shardings, may_alias=False) if config.use_reference else None
+        spec = logical_to_spec(("batch",), self.rules)
+        axes = () if not spec or spec[0] is None else (spec[0],) if isinstance(spec[0], str) else tuple(spec[0])
+        #: devices a batch is split over (the mesh axes the ``"batch"`` rule names)
+        self.batch_parallelism = math.prod(dict(mesh.shape)[a] for a in axes)
+
+    # -- public API -----------------------------------------------------------------------------
+    @property
+    def batch_multiple(self) -> int:
+        """``B`` of every batch must be a multiple of this (``rl.batch.pack(batch_multiple=...)``)."""
+        return self.batch_parallelism * self.config.microbatches
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken so far (restored by :meth:`load_state`)."""
+        return int(jax.device_get(self._step))
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step on ``batch`` with the configured algorithm; returns ``train/...`` metrics.
+
+        Metrics: ``loss``, ``entropy`` (token mean), ``grad_norm`` (before clipping),
+        ``learning_rate`` (the rate this step used), ``tokens`` (trained tokens); for policy
+        algorithms also ``pg_loss``, ``clip_fraction``, ``approx_kl_old``, ``ratio_mean`` and,
+        with a KL penalty, ``kl_ref``; for SFT ``sft_nll``.
+        """
+        return self._update("sft" if self.config.algorithm == "sft" else "policy", batch)
+
+    def sft_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step of masked cross-entropy on ``batch.loss_mask`` (warm start before RL).
+
+        Shares the optimizer state, schedule and step counter with :meth:`train_step`;
+        ``old_logprobs`` and ``advantages`` are ignored.
+        """
+        return self._update("sft", batch)
+
+    def logprobs(self, batch: TrainBatch) -> np.ndarray:
+        """Current policy's log-prob ``[B, T]`` of each token as a target (at ``config.temperature``).
+
+        Aligned like ``TrainBatch.old_logprobs``: column ``t`` is the log-prob of ``tokens[:, t]``
+        given ``tokens[:, :t]``; column 0 and padding are 0.
+        """
+        key = ("logprobs", self._graphdef, self.config.temperature, self.mesh, self.rules)
+        if key not in _PROGRAMS:
+            graphdef, temp = self._graphdef, self.config.temperature
+
+            def run(params, rest, tokens, input_mask):
+                logp = optim.forward_logprobs(graphdef, params, rest, tokens, input_mask, temp)[0]
+                return jnp.where(input_mask, logp, 0.0)
+
+            shardings = (self._param_shardings, self._rest_shardings, *self._batch_shardings()[:2])
+            _PROGRAMS[key] = jax.jit(run, in_shardings=shardings, out_shardings=self._replicated)
+        placed = self._place_batch(batch, multiple=self.batch_parallelism)
+        params, rest = self._params(), nnx.state(self.model, nnx.Not(nnx.Param))
+        with jax.set_mesh(self.mesh):
+            out = _PROGRAMS[key](params, rest, placed.tokens, placed.input_mask)
+        return np.asarray(jax.device_get(out))
+
+    def reset_reference(self) -> None:
+        """Makes the current parameters the KL reference (e.g. after an SFT warm start on this learner)."""
+        if not self.config.use_reference:
+            raise ValueError("reset_reference: no reference policy (LearnerConfig.loss.kl_coef is 0)")
+        self._ref = jax.device_put(self._params(), self._param_shardings, may_alias=False)
+
+    def state(self) -> dict[str, Any]:
+        """Everything a bit-exact resume needs: ``params``, ``opt_state``, ``step`` (+ ``ref_params``).
+
+        The arrays are the live ones: save them before the next step, which donates them.
+        """
+        out = {"params": self._params(), "opt_state": self._opt_state, "step": self._step}
+        if self._ref is not None:
+            out["ref_params"] = self._ref
+        return out
+
+    def abstract_state(self) -> dict[str, Any]:
+        """:meth:`state` as ``jax.ShapeDtypeStruct`` with shardings: the target of ``Checkpointer.restore``."""
+        return jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), self.state(), self._state_shardings()
+        )
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Replaces the training state (e.g. from ``Checkpointer.restore``) and the model's parameters.
+
+        The arrays are copied into this learner's shardings, so the caller's arrays stay valid.
+        """
+        expected = set(self._state_shardings())
+        missing = expected - set(state)
+        if missing:
+            raise ValueError(f"load_state(state=): missing {sorted(missing)} (expected keys {sorted(expected)})")
+        state = {k: state[k] for k in expected}  # a non-KL run ignores a checkpoint's reference
+        target = self.abstract_state()
+        if jax.tree.structure(state) != jax.tree.structure(target):
+            paths = lambda tree: {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)}  # noqa: E731
+            got, want = paths(state), paths(target)
+            raise ValueError(
+                "load_state(state=): the tree differs from this learner's (another model or optimizer?); "
+                f"missing {sorted(want - got)[:5]}, unexpected {sorted(got - want)[:5]}"
+            )
+        placed = jax.device_put(state, self._state_shardings(), may_alias=False)
+        nnx.update(self.model, placed["params"])
+        self._opt_state, self._step = placed["opt_state"], placed["step"]
+        self._ref = placed.get("ref_params")
+
+    # -- internals ------------------------------------------------------------------------------
+    def _state_shardings(self) -> dict[str, Any]:
+        out = {"params": self._param_shardings, "opt_state": self._opt_shardings, "step": self._replicated}
+        if self.config.use_reference:
+            out["ref_params"] = self._param_shardings
+        return out
+
+    def _params(self) -> Any:
+        """The model's parameters, moved into the learner's shardings (and back into the model) if needed."""
+        params = nnx.state(self.model, nnx.Param)
+        placed = jax.tree.map(lambda x, s: x.sharding == s, params, self._param_shardings)
+        if not all(jax.tree.leaves(placed)):
+            params = jax.device_put(params, self._param_shardings)
+            nnx.update(self.model, params)
+        return params
+
+    def _batch_shardings(self) -> tuple[NamedSharding, ...]:
+        spec = logical_to_spec(("batch",), self.rules, (self.batch_parallelism,), dict(self.mesh.shape))
+        row = NamedSharding(self.mesh, spec)
+        table = NamedSharding(self.mesh, PartitionSpec(*spec, None))
+        return tuple(table if rank == 2 else row for _, rank in _BATCH_FIELDS.values())
+
+    def _place_batch(self, batch: TrainBatch, multiple: int) -> TrainBatch:
+        """Checks shapes and dtypes, then puts each field on the mesh, split along ``B``."""
+        if not isinstance(batch, TrainBatch):
+            raise TypeError(f"batch: expected a rl.batch.TrainBatch, got {type(batch).__name__}")
+        b, t = np.shape(batch.tokens) if np.ndim(batch.tokens) == 2 else (None, None)
+        if b is None:
+            raise ValueError(f"TrainBatch.tokens: expected shape [B, T], got {np.shape(batch.tokens)}")
+        if b % multiple:
+            raise ValueError(
+                f"TrainBatch: batch size B={b} is not divisible by {multiple} = batch parallelism "
+                f"{self.batch_parallelism} (mesh axes of the 'batch' rule) x LearnerConfig.microbatches="
+                f"{self.config.microbatches}; pack with rl.batch.pack(batch_multiple={multiple})"
+            )
+        fields = {}
+        for (name, (dtype, rank)), sharding in zip(_BATCH_FIELDS.items(), self._batch_shardings(), strict=True):
+            value = getattr(batch, name)
+            want = (b, t)[:rank]
+            if tuple(np.shape(value)) != want:
+                raise ValueError(f"TrainBatch.{name}: expected shape {list(want)}, got {list(np.shape(value))}")
+            if isinstance(value, jax.Array):
+                fields[name] = jax.device_put(value.astype(dtype), sharding)
+            else:
+                fields[name] = host_to_sharded(np.asarray(value, dtype), sharding)
+        return TrainBatch(**fields)
+
+    def _update(self, kind: str, batch: TrainBatch) -> dict[str, float]:
+        key = (kind, self._graphdef, self.config, self.mesh, self.rules)
+        if key not in _PROGRAMS:
+            step_fn = optim.build_train_step(self._graphdef, self.config, kind, self.rules, self._param_shardings)
+            batch_shardings = TrainBatch(**dict(zip(_BATCH_FIELDS, self._batch_shardings(), strict=True)))
+            ref_shardings = self._param_shardings if kind == "policy" and self.config.use_reference else None
+            _PROGRAMS[key] = jax.jit(
+                step_fn,
+                in_shardings=(
+                    self._param_shardings,
+                    self._opt_shardings,
+                    self._replicated,
+                    ref_shardings,
+                    self._rest_shardings,
+                    batch_shardings,
+                ),
+                out_shardings=(self._param_shardings, self._opt_shardings, self._replicated, self._replicated),
+                donate_argnums=(0, 1, 2),
+            )
+        placed = self._place_batch(batch, multiple=self.batch_multiple)
+        ref = self._ref if kind == "policy" else None
+        params, rest = self._params(), nnx.state(self.model, nnx.Not(nnx.Param))
+        with jax.set_mesh(self.mesh):
+            params, self._opt_state, self._step, metrics = _PROGRAMS[key](
+                params, self._opt_state, self._step, ref, rest, placed
+            )
+        nnx.update(self.model, params)
+        return {k: float(v) for k, v in jax.device_get(metrics).items()}

@@ -1,0 +1,155 @@
+"""Supervised warm starts: conversations → token-exact sequences with assistant-only loss masks.
+
+A conversation is encoded piece by piece exactly as a rollout would build it —
+the prompt, each assistant completion (loss mask 1), each tool/user turn
+(mask 0) — so the policy is trained on the same token boundaries it samples
+with. Datasets are resolved by name from :data:`SFT_DATASETS` (a config names
+``"arithmetic_demos"`` or ``"jsonl:/path/conversations.jsonl"``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rl.tokenizer import Tokenizer
+
+Conversation = list[dict[str, Any]]
+
+
+def encode_conversation(
+    tok: Tokenizer, messages: Conversation, tools: Sequence[Mapping] | None = None
+) -> tuple[list[int], list[int]]:
+    """``(token_ids, loss_mask)`` with 1 exactly on the assistant completions (and their end token)."""
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
+    if first is None:
+        raise ValueError("encode_conversation: the conversation has no assistant message to learn from")
+    ids = tok.encode_messages(messages[:first], tools=tools, add_generation_prompt=True)
+    mask = [0] * len(ids)
+    i = first
+    while i < len(messages):
+        message = messages[i]
+        if message["role"] != "assistant":
+            raise ValueError(f"encode_conversation: expected an assistant message at {i}, got {message['role']!r}")
+        completion = tok.encode_completion(message)
+        ids += completion
+        mask += [1] * len(completion)
+        j = i + 1
+        while j < len(messages) and messages[j]["role"] != "assistant":
+            j += 1
+        if j > i + 1:
+            turn = tok.completion_suffix_ids(completion) + tok.encode_turn(messages[i + 1 : j])
+            ids += turn
+            mask += [0] * len(turn)
+        i = j
+    return ids, mask
+
+
+def _arithmetic_demos(options: Mapping[str, Any]) -> list[Conversation]:
+    from envs.domains.arithmetic import arithmetic_tasks, demonstrations
+
+    tasks = arithmetic_tasks("train", int(options.get("num_tasks", 2000)), seed=int(options.get("seed", 0)))
+    return demonstrations(
+        tasks, tool_fraction=float(options.get("tool_fraction", 0.3)), seed=int(options.get("seed", 0))
+    )
+
+
+def _jsonl(options: Mapping[str, Any]) -> list[Conversation]:
+    path = Path(options["path"])
+    if not path.exists():
+        raise FileNotFoundError(f"sft.data: {path} does not exist")
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            record = json.loads(line)
+            messages = record["messages"] if isinstance(record, dict) else record
+            if not isinstance(messages, list):
+                raise ValueError(f"{path}:{n}: expected a list of messages or {{'messages': [...]}}")
+            out.append(messages)
+    return out
+
+
+SFT_DATASETS: dict[str, Callable[[Mapping[str, Any]], list[Conversation]]] = {
+    "arithmetic_demos": _arithmetic_demos,
+    "jsonl": _jsonl,
+}
+
+
+def load_sft_data(spec: str, options: Mapping[str, Any] | None = None) -> list[Conversation]:
+    """``"arithmetic_demos"`` or ``"jsonl:PATH"``; options go to the dataset builder."""
+    name, _, arg = spec.partition(":")
+    if name not in SFT_DATASETS:
+        raise ValueError(f"sft.data: expected one of {sorted(SFT_DATASETS)} (or jsonl:PATH), got {spec!r}")
+    opts = dict(options or {})
+    if arg:
+        opts["path"] = arg
+    return SFT_DATASETS[name](opts)
+
+
+class SFTData:
+    """Encoded conversations, served in seeded shuffled batches, epoch after epoch.
+
+    With ``group_by_length`` each epoch's shuffled order is cut into batches
+    within one padded-length bucket, so short conversations are not padded to
+    the longest in the data (less compute, but every batch is one kind of
+    conversation: noisier gradients; the quickstart keeps batches mixed).
+    Every sequence is seen once per epoch either way.
+    """
+
+    def __init__(
+        self,
+        tok: Tokenizer,
+        conversations: Sequence[Conversation],
+        *,
+        max_len: int,
+        seed: int = 0,
+        length_buckets: Sequence[int] = (64, 128, 160, 192, 256, 384, 512, 1024, 2048, 4096),
+        group_by_length: bool = False,
+    ):
+        encoded = [encode_conversation(tok, c) for c in conversations]
+        self.sequences = [(ids[:max_len], mask[:max_len]) for ids, mask in encoded]
+        self.length_buckets = tuple(length_buckets)
+        self.group_by_length = group_by_length
+        self._bucket_of = [_bucket(len(ids), self.length_buckets) for ids, _ in self.sequences]
+        self._rng = np.random.default_rng(seed)
+        self._batches: list[list[int]] = []
+        self._size = 0
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def _new_epoch(self, size: int) -> None:
+        order = [int(i) for i in self._rng.permutation(len(self.sequences))]
+        if not self.group_by_length:
+            batches = [order[j : j + size] for j in range(0, len(order), size)]
+        else:
+            groups: dict[int, list[int]] = {}
+            for i in order:
+                groups.setdefault(self._bucket_of[i], []).append(i)
+            batches = [g[j : j + size] for g in groups.values() for j in range(0, len(g), size)]
+            batches = [batches[i] for i in self._rng.permutation(len(batches))]
+        full = [b for b in batches if len(b) == size]
+        self._batches = (full or batches)[::-1]  # drop a ragged tail when there are full batches
+        self._size = size
+
+    def batch(self, size: int) -> tuple[list[list[int]], list[list[int]]]:
+        if not self._batches or self._size != size:
+            self._new_epoch(size)
+        idx = self._batches.pop()
+        return [self.sequences[i][0] for i in idx], [self.sequences[i][1] for i in idx]
+
+    def state(self) -> dict[str, Any]:
+        return {"batches": self._batches, "size": self._size, "rng": self._rng.bit_generator.state}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self._batches = [list(b) for b in state["batches"]]
+        self._size = int(state["size"])
+        self._rng.bit_generator.state = state["rng"]
+
+
+def _bucket(n: int, buckets: Sequence[int]) -> int:
+    return next((b for b in buckets if n <= b), n)
