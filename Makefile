@@ -2,6 +2,7 @@
 PYTHON ?= python
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
+WORKDIR ?= runs/quickstart
 
 .PHONY: install install-dev system image quickstart test lint format bench clean
 
@@ -17,9 +18,9 @@ system:             ## docker.io, bubblewrap, debootstrap; dockerd running; sand
 image:
 	$(PYTHON) -m sandbox.images build
 
-quickstart: install ## set up and run the main job on the embedded default
+quickstart: install ## set up and run the main job on the embedded default (no Docker needed)
 	bash scripts/system_setup.sh --no-docker
-	$(PYTHON) -m sandbox.demo
+	$(PYTHON) -m rl.train --config=configs/quickstart.py --workdir=$(WORKDIR)
 
 test: install-dev system  ## set up everything and run the whole suite
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
@@ -32,8 +33,11 @@ format:
 	ruff format .
 	ruff check --fix .
 
-bench:
+bench:               ## every benchmark; each prints its ratio against a reference run beside it
 	$(PYTHON) benchmarks/sandbox_bench.py
+	$(PYTHON) benchmarks/scheduler_bench.py
+	$(PYTHON) benchmarks/sampler_bench.py
+	$(PYTHON) benchmarks/results_bench.py
 
 clean:
 	rm -rf build *.egg-info .pytest_cache

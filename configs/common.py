@@ -191,7 +191,10 @@ def loop(
     checkpoint_every: int = 10,
     keep_checkpoints: int = 3,
     max_len: int = 2048,
+    pack_sequences: bool = True,
 ) -> mlc.ConfigDict:
+    """The outer loop. ``pack_sequences`` puts several trajectories in one row of the learner's batch
+    (needs ``algorithm.loss.aggregation="token"``; set False for sequence/constant aggregation)."""
     return mlc.ConfigDict(
         {
             "steps": steps,
@@ -199,6 +202,7 @@ def loop(
             "checkpoint_every": checkpoint_every,
             "keep_checkpoints": keep_checkpoints,
             "max_len": max_len,
+            "pack_sequences": pack_sequences,
         }
     )
 

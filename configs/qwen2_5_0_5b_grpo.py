@@ -40,6 +40,6 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             num_tasks=17,
             k=8,
         ),
-        loop=common.loop(steps=500, tasks_per_step=32, checkpoint_every=20, max_len=4096),
+        loop=common.loop(steps=500, tasks_per_step=32, checkpoint_every=20, max_len=4096, pack_sequences=False),
     )
     return config

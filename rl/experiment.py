@@ -105,6 +105,12 @@ def check_config(config: mlc.ConfigDict) -> None:
     lp = config.loop
     _need(isinstance(lp.steps, int) and lp.steps >= 0, "loop.steps", "an int >= 0", lp.steps)
     _need(
+        not lp.pack_sequences or alg.loss.aggregation == "token",
+        "loop.pack_sequences",
+        "False when algorithm.loss.aggregation is not 'token' (packed rows hold several sequences)",
+        lp.pack_sequences,
+    )
+    _need(
         isinstance(lp.tasks_per_step, int) and lp.tasks_per_step >= 1,
         "loop.tasks_per_step",
         "an int >= 1",

@@ -121,8 +121,9 @@ def train_batch(
     batch_multiple: int,
     max_len: int,
     length_buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+    pack_sequences: bool = False,
 ) -> TrainBatch | None:
-    """Packs the ``trained`` episodes (None if there are none)."""
+    """Packs the ``trained`` episodes (None if there are none); see :func:`rl.batch.pack`."""
     chosen = [e for e in episodes if e.trained]
     if not chosen:
         return None
@@ -135,6 +136,7 @@ def train_batch(
         batch_multiple=batch_multiple,
         max_len=max_len,
         length_buckets=length_buckets,
+        pack_sequences=pack_sequences,
     )
 
 

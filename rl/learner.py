@@ -56,8 +56,10 @@ _BATCH_FIELDS = {  # field -> (dtype, rank)
     "input_mask": (np.bool_, 2),
     "loss_mask": (np.float32, 2),
     "old_logprobs": (np.float32, 2),
-    "advantages": (np.float32, 1),
+    "advantages": (np.float32, 2),
     "weights": (np.float32, 1),
+    "positions": (np.int32, 2),
+    "segment_ids": (np.int32, 2),
 }
 
 
@@ -232,16 +234,19 @@ class Learner:
         if key not in _PROGRAMS:
             graphdef, temp = self._graphdef, self.config.temperature
 
-            def run(params, rest, tokens, input_mask):
-                logp = optim.forward_logprobs(graphdef, params, rest, tokens, input_mask, temp)[0]
+            def run(params, rest, tokens, input_mask, positions, segment_ids):
+                logp = optim.forward_logprobs(graphdef, params, rest, tokens, input_mask, temp, positions, segment_ids)[
+                    0
+                ]
                 return jnp.where(input_mask, logp, 0.0)
 
-            shardings = (self._param_shardings, self._rest_shardings, *self._batch_shardings()[:2])
+            table = self._batch_shardings()[0]
+            shardings = (self._param_shardings, self._rest_shardings, table, table, table, table)
             _PROGRAMS[key] = jax.jit(run, in_shardings=shardings, out_shardings=self._replicated)
         placed = self._place_batch(batch, multiple=self.batch_parallelism)
         params, rest = self._params(), nnx.state(self.model, nnx.Not(nnx.Param))
         with jax.set_mesh(self.mesh):
-            out = _PROGRAMS[key](params, rest, placed.tokens, placed.input_mask)
+            out = _PROGRAMS[key](params, rest, placed.tokens, placed.input_mask, placed.positions, placed.segment_ids)
         return np.asarray(jax.device_get(out))
 
     def reset_reference(self) -> None:
@@ -325,6 +330,7 @@ class Learner:
                 f"{self.config.microbatches}; pack with rl.batch.pack(batch_multiple={multiple})"
             )
         fields = {}
+        batch = batch.with_defaults()  # per-token advantages, positions and segments for unpacked rows
         for (name, (dtype, rank)), sharding in zip(_BATCH_FIELDS.items(), self._batch_shardings(), strict=True):
             value = getattr(batch, name)
             want = (b, t)[:rank]

@@ -107,6 +107,7 @@ class Trainer:
             pad_id=self.exp.tokenizer.pad_id,
             batch_multiple=self.learner.batch_multiple,
             max_len=cfg.loop.max_len,
+            pack_sequences=bool(cfg.loop.pack_sequences),
         )
         t = time.perf_counter()
         metrics = {k.replace("train/", "sft/"): v for k, v in self.learner.sft_step(batch).items()}
@@ -132,6 +133,7 @@ class Trainer:
             pad_id=exp.tokenizer.pad_id,
             batch_multiple=self.learner.batch_multiple,
             max_len=cfg.loop.max_len,
+            pack_sequences=bool(cfg.loop.pack_sequences),
         )
         t = time.perf_counter()
         if batch is None:

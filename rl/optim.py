@@ -127,12 +127,24 @@ def accumulate_gradients(
 
 # -- the pure train step ---------------------------------------------------------------------------
 def forward_logprobs(
-    graphdef: nnx.GraphDef, params: Any, rest: Any, tokens: jax.Array, input_mask: jax.Array, temp: float
+    graphdef: nnx.GraphDef,
+    params: Any,
+    rest: Any,
+    tokens: jax.Array,
+    input_mask: jax.Array,
+    temp: float,
+    positions: jax.Array | None = None,
+    segment_ids: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """Per-token ``(logprobs, entropy)`` ``[B, T]`` aligned with ``tokens`` as targets (column 0 is 0)."""
+    """Per-token ``(logprobs, entropy)`` ``[B, T]`` aligned with ``tokens`` as targets (column 0 is 0).
+
+    With packed rows (``segment_ids``), the first token of each segment is "predicted" by the
+    previous segment's last token: its loss mask is 0 (see :func:`rl.batch.pack`).
+    """
     model: Transformer = nnx.merge(graphdef, params, rest)
-    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-    logits, _ = model(tokens, positions, input_mask)
+    if positions is None:
+        positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    logits, _ = model(tokens, positions, input_mask, segment_ids=segment_ids)
     logp, entropy = token_logprobs_and_entropy(logits[:, :-1], tokens[:, 1:], temp)
     pad = jnp.zeros((tokens.shape[0], 1), jnp.float32)
     return jnp.concatenate([pad, logp], axis=1), jnp.concatenate([pad, entropy], axis=1)
@@ -166,14 +178,18 @@ def build_train_step(
     agg_metrics = ("loss", "pg_loss", "kl_ref") if kind == "policy" else ()
 
     def loss_fn(params, rest, ref, mb: TrainBatch, totals):
-        logp, entropy = forward_logprobs(graphdef, params, rest, mb.tokens, mb.input_mask, config.temperature)
+        logp, entropy = forward_logprobs(
+            graphdef, params, rest, mb.tokens, mb.input_mask, config.temperature, mb.positions, mb.segment_ids
+        )
         mask = mb.loss_mask
         shares = microbatch_shares(mask, totals, cfg.aggregation if kind == "policy" else "token")
         if kind == "policy":
             ref_logp = None
             if ref is not None:
                 ref_logp = jax.lax.stop_gradient(
-                    forward_logprobs(graphdef, ref, rest, mb.tokens, mb.input_mask, config.temperature)[0]
+                    forward_logprobs(
+                        graphdef, ref, rest, mb.tokens, mb.input_mask, config.temperature, mb.positions, mb.segment_ids
+                    )[0]
                 )
             loss, metrics = policy_loss(
                 logp,

@@ -93,28 +93,15 @@ def load_sft_data(spec: str, options: Mapping[str, Any] | None = None) -> list[C
 class SFTData:
     """Encoded conversations, served in seeded shuffled batches, epoch after epoch.
 
-    With ``group_by_length`` each epoch's shuffled order is cut into batches
-    within one padded-length bucket, so short conversations are not padded to
-    the longest in the data (less compute, but every batch is one kind of
-    conversation: noisier gradients; the quickstart keeps batches mixed).
-    Every sequence is seen once per epoch either way.
+    Batches mix every kind of conversation in the data. (Grouping batches by
+    length would pad less, but a batch holding one kind of conversation only
+    swings the policy back and forth between them: on the quickstart the
+    tool-calling behaviour never settled.)
     """
 
-    def __init__(
-        self,
-        tok: Tokenizer,
-        conversations: Sequence[Conversation],
-        *,
-        max_len: int,
-        seed: int = 0,
-        length_buckets: Sequence[int] = (64, 128, 160, 192, 256, 384, 512, 1024, 2048, 4096),
-        group_by_length: bool = False,
-    ):
+    def __init__(self, tok: Tokenizer, conversations: Sequence[Conversation], *, max_len: int, seed: int = 0):
         encoded = [encode_conversation(tok, c) for c in conversations]
         self.sequences = [(ids[:max_len], mask[:max_len]) for ids, mask in encoded]
-        self.length_buckets = tuple(length_buckets)
-        self.group_by_length = group_by_length
-        self._bucket_of = [_bucket(len(ids), self.length_buckets) for ids, _ in self.sequences]
         self._rng = np.random.default_rng(seed)
         self._batches: list[list[int]] = []
         self._size = 0
@@ -124,14 +111,7 @@ class SFTData:
 
     def _new_epoch(self, size: int) -> None:
         order = [int(i) for i in self._rng.permutation(len(self.sequences))]
-        if not self.group_by_length:
-            batches = [order[j : j + size] for j in range(0, len(order), size)]
-        else:
-            groups: dict[int, list[int]] = {}
-            for i in order:
-                groups.setdefault(self._bucket_of[i], []).append(i)
-            batches = [g[j : j + size] for g in groups.values() for j in range(0, len(g), size)]
-            batches = [batches[i] for i in self._rng.permutation(len(batches))]
+        batches = [order[j : j + size] for j in range(0, len(order), size)]
         full = [b for b in batches if len(b) == size]
         self._batches = (full or batches)[::-1]  # drop a ragged tail when there are full batches
         self._size = size
@@ -149,7 +129,3 @@ class SFTData:
         self._batches = [list(b) for b in state["batches"]]
         self._size = int(state["size"])
         self._rng.bit_generator.state = state["rng"]
-
-
-def _bucket(n: int, buckets: Sequence[int]) -> int:
-    return next((b for b in buckets if n <= b), n)

@@ -144,6 +144,7 @@ class Attention(nnx.Module):
         cache_kv: tuple[jax.Array, jax.Array] | None,
         index: jax.Array,
         rules: Rules,
+        segment_ids: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         cfg = self.config
         b, s, _ = x.shape
@@ -172,6 +173,8 @@ class Attention(nnx.Module):
         t = k_all.shape[2]
         causal = jnp.arange(t)[None, :] <= (index + jnp.arange(s))[:, None]
         mask = causal[None, :, :] & key_mask[:, None, :]
+        if segment_ids is not None:  # packed rows: a token sees only its own sequence
+            mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
         scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
         if s == 1:
@@ -239,6 +242,7 @@ class Transformer(nnx.Module):
         positions: jax.Array,
         input_mask: jax.Array | None = None,
         cache: KVCache | None = None,
+        segment_ids: jax.Array | None = None,
     ) -> tuple[jax.Array, KVCache | None]:
         """Final-norm hidden states ``[batch, seq, embed]`` and the updated cache.
 
@@ -248,7 +252,12 @@ class Transformer(nnx.Module):
           input_mask: ``[batch, seq]`` bool, False for padding tokens (never attended to).
           cache: if given, this chunk is written at ``cache.index`` and attends to everything
             valid in the cache before it; the returned cache has ``index`` advanced by ``seq``.
+          segment_ids: ``[batch, seq]`` int, for rows that pack several sequences (training only,
+            no cache): a token attends only to tokens of its own segment; pass per-segment
+            ``positions`` too.
         """
+        if segment_ids is not None and cache is not None:
+            raise ValueError("hidden_states: segment_ids (packed rows) cannot be combined with a KV cache")
         cfg, rules = self.config, self.rules
         b, s = tokens.shape
         if input_mask is None:
@@ -266,7 +275,7 @@ class Transformer(nnx.Module):
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             kv = (cache.k[i], cache.v[i]) if cache is not None else None
-            attn, kv = layer.attn(layer.attn_norm(x), cos, sin, key_mask, kv, index, rules)
+            attn, kv = layer.attn(layer.attn_norm(x), cos, sin, key_mask, kv, index, rules, segment_ids)
             x = constrain(x + attn, ("batch", "seq", "embed"), rules)
             x = constrain(x + layer.mlp(layer.mlp_norm(x)), ("batch", "seq", "embed"), rules)
             if kv is not None:
@@ -297,9 +306,10 @@ class Transformer(nnx.Module):
         positions: jax.Array | None = None,
         input_mask: jax.Array | None = None,
         cache: KVCache | None = None,
+        segment_ids: jax.Array | None = None,
     ) -> tuple[jax.Array, KVCache | None]:
         """``(logits [batch, seq, vocab] float32, cache)``; positions default to ``0..seq-1``."""
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        hidden, cache = self.hidden_states(tokens, positions, input_mask, cache)
+        hidden, cache = self.hidden_states(tokens, positions, input_mask, cache, segment_ids)
         return self.logits(hidden), cache
