@@ -2,8 +2,10 @@
 
 Backends come from ``tests.sandbox.conftest.backend_or_skip``: skipped locally
 when unavailable, a failure in CI (``REQUIRE_DOCKER=1``). One
-:class:`envs.ReusedSandboxes` pool per backend lives for the whole session, so
-hundreds of episodes restore a snapshot instead of starting sandboxes.
+:class:`envs.ReusedSandboxes` pool per backend lives while the envs tests run, so
+hundreds of episodes restore a snapshot instead of starting sandboxes. It is
+closed when the package's last test ends: later packages (the sandbox tests
+check that *nothing* of this process is left on a daemon) must not see it.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ def pool_for(name: str) -> ReusedSandboxes:
     return _pools[name]
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def _close_pools():
     yield
-    for pool in _pools.values():
-        pool.close()
+    while _pools:
+        _pools.popitem()[1].close()
 
 
 @pytest.fixture(params=["bwrap", pytest.param("docker", marks=pytest.mark.docker)])
