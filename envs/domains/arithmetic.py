@@ -7,7 +7,7 @@ result, and answer with it. Episodes are multi-turn::
     user       347*29
     assistant  <tool_call>{"name": "python", "arguments": {"code": "print(347*29)"}}</tool_call>
     tool       10063 / [exit code: 0]
-    assistant  10063                       <- the final answer ends the episode
+    assistant  Python printed it, the answer is 10063.   <- the final answer ends the episode
 
 Tasks are generated, not shipped: ``arithmetic:train`` / ``arithmetic:eval``
 (optionally ``arithmetic:eval:200``). A problem's split is a hash of the problem
@@ -40,6 +40,12 @@ FORMS = {
     "product3x3": ("*", 3, 3, 6, "hard"),
 }
 DEFAULT_FORMS = ("product3x3",)
+# How a tool demonstration states its answer. Its length is chosen so that the answer's digits sit
+# exactly as many tokens after their copy in the tool output as the tool call's expression sits after
+# the prompt's (70 byte tokens in the ChatML rendering): one relative-position attention head then
+# serves both copies, and a tiny model learns them together (measured: both copies emerged by SFT
+# step ~350 on a seed where, with a bare-number answer, the second had not emerged by step 500).
+ANSWER_PHRASE = "Python printed it, the answer is {answer}."
 _DEFAULT_SIZES = {"train": 5000, "eval": 200, "test": 200}
 _EVAL_EVERY = 10  # one problem in ten belongs to the held-out splits
 
@@ -117,7 +123,7 @@ class ArithmeticEnv(AgentEnv):
         return [{"role": "user", "content": task.prompt}]
 
     def gold_actions(self, task: Task) -> list[str]:
-        return [tool_call_reply(task.prompt), task.gold["answer"]]
+        return [tool_call_reply(task.prompt), ANSWER_PHRASE.format(answer=task.gold["answer"])]
 
     def noop_actions(self, task: Task) -> list[str]:
         return ["0"]
@@ -159,7 +165,7 @@ def demonstrations(tasks: list[Task], *, tool_fraction: float = 0.3, seed: int =
                     user,
                     {"role": "assistant", "content": tool_call_reply(task.prompt)},
                     {"role": "tool", "name": "python", "content": f"{answer}\n[exit code: 0]"},
-                    {"role": "assistant", "content": answer},
+                    {"role": "assistant", "content": ANSWER_PHRASE.format(answer=answer)},
                 ]
             )
         else:

@@ -162,9 +162,12 @@ class Attention(nnx.Module):
         groups = cfg.num_heads // cfg.num_kv_heads
         q = q.reshape(b, s, cfg.num_kv_heads, groups, cfg.head_dim)
         f32 = jnp.float32
-        if s == 1:
-            # Decode: a broadcast multiply + reduce is one fused, vectorised loop on CPU, where a
-            # batched dot_general of [.., 1, d] x [.., t, d] runs as many tiny matmuls.
+        # Decode with grouped heads: a broadcast multiply + reduce is one fused, vectorised loop on
+        # CPU, where a batched dot_general of [.., 1, d] x [.., t, d] runs as many tiny matmuls.
+        # Without groups (num_kv_heads == num_heads) XLA:CPU turns that same expression into a loop
+        # ~40x slower than the dot_general (measured: 118 ms vs 2.7 ms at b=128, t=384, d=32).
+        fused_decode = s == 1 and groups > 1
+        if fused_decode:
             scores = jnp.sum(q[:, 0, :, :, None, :].astype(f32) * k_all[:, :, None].astype(f32), axis=-1)[:, :, :, None]
         else:
             scores = jnp.einsum("bskgd,bktd->bkgst", q, k_all, preferred_element_type=f32)
@@ -177,7 +180,7 @@ class Attention(nnx.Module):
             mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
         scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
-        if s == 1:
+        if fused_decode:
             out = jnp.sum(probs[:, :, :, 0, :, None].astype(f32) * v_all[:, :, None].astype(f32), axis=-2)
             out = out.astype(cfg.compute_dtype).reshape(b, 1, cfg.num_heads * cfg.head_dim)
         else:
