@@ -43,6 +43,7 @@ EXTRAS = {
         "pandas>=2.2,<4",
         "nbclient>=0.10,<1",
         "nbformat>=5.10,<6",
+        "nbconvert>=7,<8",
         "ipykernel>=6.29,<8",
     ],
 }

@@ -29,7 +29,10 @@ def summarize(evals: dict, workdir: str, seconds: float) -> str:
         points = [(name, evals[name][key]) for name in ("init", "after_sft", "last") if key in evals.get(name, {})]
         if points:
             lines.append(f"  {label:28s} " + "  →  ".join(f"{name} {value:.3f}" for name, value in points))
-    lines.append(f"  explore it: WORKDIR={workdir} jupyter lab notebooks/explore_run.ipynb")
+    lines.append(
+        f"  plot it: WORKDIR={workdir} jupyter nbconvert --to html --execute notebooks/explore_run.ipynb --output-dir {workdir}"
+        "  (needs pip install -e '.[notebooks]'; or open it in jupyter lab with WORKDIR set)"
+    )
     return "\n".join(lines)
 
 
