@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import sys
@@ -37,22 +36,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import pandas as pd  # noqa: E402
 
+from benchmarks.machine import describe_machine  # noqa: E402
 from rl.results import load_run  # noqa: E402
 from rl.trajectory import EpisodeRecord, step_files, write_step  # noqa: E402
 
 SYSTEM = "You are an agent working in a Linux sandbox. Use the tools to complete the task."
 PROMPT = "The tests in tests/test_temperature.py fail. Fix units/temperature.py so that they pass, then submit."
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return f"{cpu}, {os.cpu_count()} cores, load {load:.1f}, Linux {platform.release()}, Python {platform.python_version()}"
 
 
 def _text(rng: random.Random, n: int, alphabet: str = "abcdefghij klmnopqrstuvwxyz(),.:=\n") -> str:
@@ -170,7 +159,7 @@ def main() -> int:
     try:
         t, n = timed(synthesise, workdir, args.steps)
         size = sum(p.stat().st_size for _, p in step_files(workdir))
-        print(f"machine: {machine()}")
+        print(f"machine: {describe_machine()}")
         print(f"synthesised {n} episodes ({size / 1e6:.0f} MB of JSONL) in {t:.1f} s under {workdir}")
         ref_t, ours_t, refresh_t = [], [], []
         for _ in range(args.rounds):

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.machine import describe_machine  # noqa: E402
 
 MODEL = dict(
     vocab_size=32000,
@@ -51,25 +52,6 @@ SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def machine() -> str:
-    cpu, details = platform.processor() or "unknown cpu", ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            info = dict(line.split(":", 1) for line in f.read().split("\n\n")[0].splitlines() if ":" in line)
-        info = {k.strip(): v.strip() for k, v in info.items()}
-        cpu = info.get("model name", cpu)
-        flags = set(info.get("flags", "").split())
-        isa = ",".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_tile") if f in flags)
-        details = f" (family {info.get('cpu family', '?')} model {info.get('model', '?')}, {isa})"
-    except OSError:
-        pass
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (
-        f"{cpu}{details}, {os.cpu_count()} cores ({usable} usable), Linux {platform.release()}, "
-        f"Python {platform.python_version()}"
-    )
 
 
 def best(fn: Callable[[], object]) -> float:
@@ -181,7 +163,7 @@ def main() -> int:
     if args.device == "gpu" and torch_device == "cpu":
         log("torch has no CUDA here: the transformers reference runs on the CPU")
 
-    print(f"machine: {machine()}")
+    print(f"machine: {describe_machine()}")
     print(
         f"jax {jax.__version__} on {jax.devices()[0].device_kind} ({jax.default_backend()}); torch {torch.__version__} on {torch_device} ({torch.get_num_threads()} threads)"
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.machine import describe_machine  # noqa: E402
 from sandbox import SandboxSpec, get_backend  # noqa: E402
 
 
@@ -47,16 +47,6 @@ def fmt(xs: list[float]) -> str:
 
 def run(cmd: list[str]) -> None:
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
 
 
 def bench_backend(name: str, n: int, rows: list[tuple[str, str, str]]) -> dict[str, list[float]]:
@@ -162,7 +152,7 @@ def main() -> int:
     results = {name: bench_backend(name, n, rows) for name in names}
     ref = bench_references(n, SandboxSpec().image, rows, docker="docker" in names)
 
-    print(f"\nmachine: {machine()}\n")
+    print(f"\nmachine: {describe_machine()}\n")
     print(f"| {'measurement':58s} | {'p50 / p99 (ms)':19s} |")
     print(f"|{'-' * 60}|{'-' * 21}|")
     for label, value, _ in rows:

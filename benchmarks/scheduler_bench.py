@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
 import random
 import resource
 import statistics
@@ -31,20 +30,11 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.machine import describe_machine  # noqa: E402
 from sandbox import Job, PoolConfig, SandboxSpec, Scheduler, WarmPool  # noqa: E402
 
 SPEC = SandboxSpec(memory_mb=512, workspace_mb=64, tmp_mb=32, pids=128, timeout_s=10)
 CHECK_TIMEOUT_S = 3.0  # what evaluate_functional_correctness gives each problem
-
-
-def machine() -> str:
-    cpu = platform.processor() or "unknown cpu"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
 
 
 class Progress:
@@ -179,7 +169,7 @@ def main() -> int:
     args = parser.parse_args()
     backends = [b for b in args.backends.split(",") if b]
     programs = humaneval_programs()
-    print(f"machine: {machine()}; load average {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    print(f"machine: {describe_machine()}", file=sys.stderr)
 
     # Interleaved rounds, medians reported: the machine is shared, and load that drifts during a
     # run would otherwise favour whichever path ran in the quiet minute.
@@ -207,7 +197,7 @@ def report(args, ref: list, runs: dict[str, list[dict]], mixed: dict) -> None:
     goals = {"bwrap": 1.2, "docker": 2.0}
     ref_wall = statistics.median(w for w, _, _ in ref)
     total = ref[0][2]
-    print(f"\nmachine: {machine()}; load average now {os.getloadavg()[0]:.2f}\n")
+    print(f"\nmachine: {describe_machine()}\n")
     print(
         f"HumanEval: {total} canonical solutions with their tests; {args.capacity} sandboxes at once; "
         f"median of {args.repeat} interleaved rounds\n"

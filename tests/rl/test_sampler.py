@@ -25,9 +25,9 @@ BUCKETS = SamplerConfig(batch_buckets=(1, 4), prompt_buckets=(16, 32), new_token
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=20)
 
 
-def _make_model(mesh):
+def _make_model(mesh, **overrides):
     """The tiny preset with its embedding scaled up: peaked logits (no argmax near-ties), still ~1.5 nats of entropy."""
-    config = get_model_config("tiny")
+    config = get_model_config("tiny", **overrides)
     model = sharding.create_sharded_model(lambda: Transformer(config, nnx.Rngs(7)), mesh)
     model.embed[...] = model.embed[...] * 3.0
     return model
@@ -56,6 +56,10 @@ def prompts(tok):
 
 @pytest.fixture(scope="module")
 def reference_logits(model):
+    return _reference_logits(model)
+
+
+def _reference_logits(model):
     """Full-sequence logits [len, vocab] of one token list, by the plain (cache-free) forward."""
     graphdef = nnx.split(model)[0]
     forward = jax.jit(lambda state, ids: nnx.merge(graphdef, state)(ids)[0][0])
@@ -82,6 +86,23 @@ def test_greedy_equals_stepwise_argmax_of_full_forward(sampler, prompts, referen
         assert c.token_ids == ids[len(prompt) :]
         assert c.finish_reason == ("stop" if c.token_ids[-1] in tok.stop_token_ids else "length")
         assert c.logprobs == [0.0] * len(c.token_ids)  # greedy samples from a point mass
+
+
+def test_logprobs_equal_forward_without_head_groups(tok, single_mesh, prompts):
+    """num_kv_heads == num_heads (the quickstart's model) decodes by a different attention path.
+
+    Log-probs, not greedy tokens: this model's argmax barely depends on attention.
+    """
+    model = _make_model(single_mesh, num_kv_heads=4)
+    reference_logits = _reference_logits(model)
+    params = SamplingParams(temperature=1.0, max_new_tokens=16)
+    completions = Sampler(model, tok, single_mesh, BUCKETS).generate(prompts, params, seeds=[1, 2, 3, 4])
+    for prompt, c in zip(prompts, completions, strict=True):
+        n = len(c.token_ids)
+        assert n > 1  # decode steps ran, not only the prefill's first token
+        logits = reference_logits(list(prompt) + c.token_ids)[len(prompt) - 1 : len(prompt) - 1 + n]
+        raw = np.take_along_axis(_log_softmax(logits), np.asarray(c.token_ids)[:, None], -1)[:, 0]
+        np.testing.assert_allclose(c.raw_logprobs, raw, atol=1e-5)
 
 
 def test_logprobs_equal_a_recomputing_forward_pass(sampler, prompts, reference_logits, tok):
