@@ -20,6 +20,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from sandbox import identity, seccomp
+from sandbox.agent.confine import AGENT_CAPS
 from sandbox.channel import AgentChannel, Transport, closed_error
 from sandbox.errors import SandboxInfraError, SandboxUsageError
 from sandbox.spec import ExecResult, SandboxSpec, check_env
@@ -64,6 +66,19 @@ class Snapshot:
         return len(self.data)
 
 
+def writable_roots(spec: SandboxSpec) -> list[dict[str, Any]]:
+    """Every directory a command can write, with its owner and mode: what a reset empties and a probe lists."""
+    uid, gid = identity.USERS["sandbox"]
+    shared = {"uid": 0, "gid": 0, "mode": 0o1777, "snapshot": True}
+    return [
+        {"path": spec.workdir, "uid": uid, "gid": gid, "mode": 0o755, "snapshot": True},
+        {"path": "/tmp", **shared},
+        {"path": "/dev/shm", **shared},
+        # POSIX message queues: writable by anyone, emptied on reset, never snapshotted.
+        {"path": "/dev/mqueue", **shared, "snapshot": False, "optional": True},
+    ]
+
+
 class Sandbox(abc.ABC):
     """One isolated machine for running untrusted commands. Use as a context manager.
 
@@ -82,6 +97,7 @@ class Sandbox(abc.ABC):
         self._closed = False
         self._close_lock = threading.Lock()
         self.started_at = time.monotonic()
+        self.confinement: dict[str, Any] = {}
         _live.add(self)
 
     # -- subclass hooks -------------------------------------------------------
@@ -98,19 +114,32 @@ class Sandbox(abc.ABC):
         """Kills the isolated environment without closing any host file descriptor; safe from any thread."""
 
     def _boot(
-        self, transport: Transport, *, oom_files: Sequence[str] = (), rlimits: Mapping[str, int] | None = None
+        self,
+        transport: Transport,
+        *,
+        oom_files: Sequence[str] = (),
+        rlimits: Mapping[str, int] | None = None,
+        boot_mounts: Sequence[Mapping[str, str]] = (),
     ) -> None:
+        """Starts the agent: it confines itself (``boot_mounts`` first) and then serves requests."""
         env = {"PATH": BASE_PATH, "HOME": self.spec.workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
         env.update(self.spec.env)
         config = {
             "workdir": self.spec.workdir,
-            "writable": [self.spec.workdir, "/tmp", "/dev/shm"],
+            "writable": writable_roots(self.spec),
+            "users": {name: list(ids) for name, ids in identity.USERS.items()},
             "env": env,
             "oom_files": list(oom_files),
             "rlimits": {"NOFILE": 4096, "CORE": 0, **(rlimits or {})},
+            "confine": {
+                "mounts": [dict(m) for m in boot_mounts],
+                "keep_caps": list(AGENT_CAPS),
+                "seccomp": seccomp.bpf_program(allow_mount=False).hex(),
+            },
         }
         self._channel = AgentChannel(transport, self.backend, self._diagnose)
-        self._channel.boot(config, BOOT_TIMEOUT_S)
+        hello = self._channel.boot(config, BOOT_TIMEOUT_S)
+        self.confinement = dict(hello.get("confinement") or {})
 
     # -- public API -----------------------------------------------------------
     def exec(
@@ -121,13 +150,17 @@ class Sandbox(abc.ABC):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         stdin: bytes | str | None = None,
+        user: str = "sandbox",
     ) -> ExecResult:
         """Runs ``cmd`` (a bash script string, or an argv list) and returns what it did.
 
+        ``user`` is ``"sandbox"`` (uid 1000, the default: the model's commands) or
+        ``"judge"`` (uid 1001: code that decides a reward, out of the commands' reach).
         Non-zero exits, timeouts and OOM kills come back in the result; only a
         failure of the sandbox machinery raises :class:`SandboxInfraError`.
         """
         header: dict[str, Any] = {
+            "user": identity.check_user(user),
             "cmd": _check_command(cmd),
             "timeout": _check_timeout(self.spec.timeout_s if timeout is None else timeout),
             "env": check_env(env, "exec(env=)"),
@@ -146,8 +179,15 @@ class Sandbox(abc.ABC):
             oom_killed=bool(response["oom_killed"]),
         )
 
-    def write_files(self, files: Mapping[str, bytes | str], *, mode: int = 0o644) -> None:
-        """Writes files (paths relative to the workdir, or absolute in a writable dir)."""
+    def write_files(self, files: Mapping[str, bytes | str], *, mode: int = 0o644, user: str = "sandbox") -> None:
+        """Writes files (paths relative to the workdir, or absolute in a writable dir), owned by ``user``.
+
+        Whatever is at a path is replaced, never followed: a symlink or FIFO a command planted there
+        is not written through.
+        """
+        identity.check_user(user)
+        if not isinstance(mode, int) or isinstance(mode, bool) or not 0 <= mode <= 0o7777:
+            raise SandboxUsageError(f"write_files(mode=): expected permission bits in [0, 0o7777], got {mode!r}")
         if not isinstance(files, Mapping):
             raise SandboxUsageError(
                 f"write_files(files=): expected a mapping of path to bytes/str, got {type(files).__name__}"
@@ -161,10 +201,13 @@ class Sandbox(abc.ABC):
         if total > MAX_WRITE_BYTES:
             raise SandboxUsageError(f"write_files: {total} bytes in one call, more than {MAX_WRITE_BYTES}")
         if metas:
-            self._call("write", {"files": metas}, blobs, timeout=BOOT_TIMEOUT_S)
+            self._call("write", {"files": metas, "user": user}, blobs, timeout=BOOT_TIMEOUT_S)
 
     def read_file(self, path: str, *, max_bytes: int = DEFAULT_READ_BYTES) -> bytes:
-        """Reads a file from the sandbox; :class:`SandboxFileError` if missing or larger than ``max_bytes``."""
+        """Reads a regular file from the sandbox (symlinks are not followed).
+
+        :class:`SandboxFileError` if it is missing, not a regular file, or larger than ``max_bytes``.
+        """
         if not isinstance(max_bytes, int) or max_bytes < 0:
             raise SandboxUsageError(f"read_file(max_bytes=): expected an int >= 0, got {max_bytes!r}")
         header = {"path": self._resolve(path, "read_file(path=)"), "max_bytes": max_bytes}
@@ -194,11 +237,12 @@ class Sandbox(abc.ABC):
     def probe(self) -> dict[str, Any]:
         """What the writable dirs hold and how many processes run, from the agent (no command is spawned).
 
-        Returns ``{"entries": [[path, kind, size, mode], ...] (sorted; kind d/f/l/o), "truncated": bool,
-        "processes": int}``; the warm pool compares it with a fresh sandbox's after every reset.
+        Returns ``{"entries": [[path, kind, size, mode, uid], ...] (sorted; kind d/f/l/o), "truncated": bool,
+        "ipc": [[kind, id, uid], ...] (System V objects), "processes": int}``; the warm pool compares it with
+        a fresh sandbox's after every reset.
         """
         response, _ = self._call("probe", {"max_entries": 10000}, timeout=BOOT_TIMEOUT_S)
-        return {k: response[k] for k in ("entries", "truncated", "processes")}
+        return {k: response[k] for k in ("entries", "truncated", "ipc", "processes")}
 
     @property
     def closed(self) -> bool:

@@ -17,7 +17,6 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from sandbox import agent
@@ -26,10 +25,9 @@ from sandbox.errors import (
     SandboxClosed,
     SandboxFileError,
     SandboxInfraError,
+    SandboxStartError,
     SandboxUsageError,
 )
-
-AGENT_SOURCE = Path(agent.__file__).read_bytes()
 
 
 class Transport(Protocol):
@@ -187,11 +185,16 @@ class AgentChannel:
         deadline = time.monotonic() + timeout
         with self._lock:
             try:
-                self._transport.send(struct.pack(">I", len(AGENT_SOURCE)) + AGENT_SOURCE)
+                self._transport.send(agent.bundle())
                 self._transport.send(agent.encode_message(config))
                 header, _ = self._read(deadline)
             except (EOFError, TimeoutError, OSError) as exc:
                 raise self._break(f"agent did not start: {exc}") from exc
+            if header.get("error"):  # it booted but refused to serve: it could not be confined as asked
+                self._broken = SandboxStartError(
+                    f"sandbox refused to start: {header.get('message')}", backend=self._backend
+                )
+                raise self._broken
         return header
 
     def call(

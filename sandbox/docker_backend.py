@@ -2,8 +2,11 @@
 
 The container's PID 1 is the agent (no ``docker exec`` per command: requests
 travel over the attach socket, which is what makes exec cheap). Isolation:
-no network by default, memory/CPU/pids limits, all capabilities dropped,
-no-new-privileges, read-only root, size-capped tmpfs workspace and /tmp.
+no network by default, memory/CPU/pids limits, every capability dropped but
+the few the agent needs to run commands as the unprivileged ``sandbox`` uid
+(commands have none), no-new-privileges, agentrl's seccomp profile
+(:mod:`sandbox.seccomp`), read-only root, tmpfs workspace, /tmp and /dev/shm
+capped in bytes and inodes, a private IPC namespace.
 ``stdin_once`` + ``auto_remove`` mean that if the host process dies — even by
 SIGKILL — the agent sees EOF, exits, and the daemon removes the container;
 :meth:`DockerBackend.gc` sweeps anything left (also run on start-up).
@@ -19,8 +22,9 @@ import os
 import threading
 import time
 
-from sandbox import images
+from sandbox import identity, images, seccomp
 from sandbox.agent import BOOTSTRAP
+from sandbox.agent.confine import AGENT_CAPS
 from sandbox.base import LABEL, Backend, Sandbox, owner_tag
 from sandbox.channel import MultiplexedSocketTransport
 from sandbox.errors import (
@@ -35,6 +39,7 @@ from sandbox.spec import SandboxSpec
 log = logging.getLogger(__name__)
 
 _OOM_FILES = ["/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"]
+_REMOVE_WAIT_S = 10.0
 
 
 def _docker():
@@ -67,7 +72,11 @@ class DockerSandbox(Sandbox):
         docker = _docker()
         spec = self.spec
         client = self._backend.client
-        tmpfs_opts = "rw,exec,nosuid,nodev,mode=1777,size={}m"
+        uid, gid = identity.USERS["sandbox"]
+
+        def tmpfs(size_mb: int, owner: str) -> str:
+            return f"rw,exec,nosuid,nodev,{owner},size={size_mb}m,nr_inodes={spec.max_inodes}"
+
         try:
             api = client.api
             host_config = api.create_host_config(
@@ -78,10 +87,17 @@ class DockerSandbox(Sandbox):
                 nano_cpus=int(spec.cpus * 1e9),
                 pids_limit=spec.pids,
                 cap_drop=["ALL"],
-                security_opt=["no-new-privileges:true"],
+                # The agent gives up SETPCAP at boot, after it has cut its bounding set to AGENT_CAPS.
+                cap_add=[*AGENT_CAPS, "SETPCAP"],
+                security_opt=["no-new-privileges:true", f"seccomp={seccomp.docker_profile()}"],
                 read_only=spec.read_only_root,
-                tmpfs={spec.workdir: tmpfs_opts.format(spec.workspace_mb), "/tmp": tmpfs_opts.format(spec.tmp_mb)},
-                shm_size=f"{spec.tmp_mb}m",
+                # "none": a private IPC namespace whose /dev/shm is ours to mount (capped like the others).
+                ipc_mode="none",
+                tmpfs={
+                    spec.workdir: tmpfs(spec.workspace_mb, f"mode=755,uid={uid},gid={gid}"),
+                    "/tmp": tmpfs(spec.tmp_mb, "mode=1777"),
+                    "/dev/shm": tmpfs(spec.tmp_mb, "mode=1777"),
+                },
                 log_config=docker.types.LogConfig(type="none"),
             )
             created = api.create_container(
@@ -149,12 +165,28 @@ class DockerSandbox(Sandbox):
         try:
             self._container.remove(force=True)
         except docker.errors.NotFound:
-            pass
+            return
         except docker.errors.APIError as exc:
             if exc.status_code != 409:  # 409: removal already in progress (auto_remove)
                 log.warning("could not remove container %s: %s", self.id, exc)
         except Exception as exc:  # noqa: BLE001 - daemon gone: gc() removes it later
             log.warning("could not remove container %s (daemon %s): %s", self.id, self._backend.address, exc)
+            return
+        self._wait_gone(_REMOVE_WAIT_S)
+
+    def _wait_gone(self, timeout: float) -> None:
+        """Until the daemon no longer lists the container (an auto-removal may still be in flight)."""
+        docker = _docker()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                self._backend.client.api.inspect_container(self._container.id)
+            except docker.errors.NotFound:
+                return
+            except Exception:  # noqa: BLE001 - daemon gone: gc() removes it later
+                return
+            time.sleep(0.02)
+        log.warning("container %s still listed %.0fs after its removal", self.id, timeout)
 
     def _abort(self) -> None:
         container = self._container

@@ -3,7 +3,9 @@
 The root filesystem stays on disk next to the image, so the bwrap backend runs
 on exactly the files the Docker image holds. The tag's version is a hash of
 the recipe, so a changed package list makes a new tag and nothing stale is
-reused; building an existing tag does nothing.
+reused; building an existing tag does nothing. Builds of one tag take a file
+lock: a second build (another user, a test fixture) waits and reuses the
+result, and a build never deletes a tree that still has mounts under it.
 
     python -m sandbox.images build             # rootfs + docker image (idempotent)
     python -m sandbox.images build --no-docker # rootfs only (bwrap on a Docker-less machine)
@@ -13,6 +15,8 @@ reused; building an existing tag does nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -48,17 +52,25 @@ PACKAGES = (
     "ca-certificates",
     "cron",
 )
-RECIPE_REVISION = 1  # bump when the build steps below change
-IMAGE_VERSION = hashlib.sha256(repr((SUITE, PACKAGES, RECIPE_REVISION)).encode()).hexdigest()[:10]
+RECIPE_REVISION = 2  # bump when the build steps below change
+# The unprivileged accounts of every sandbox (see sandbox.identity): commands and the judge.
+ACCOUNTS = (("sandbox", 1000, "/workspace", "/bin/bash"), ("judge", 1001, "/nonexistent", "/usr/sbin/nologin"))
+IMAGE_VERSION = hashlib.sha256(repr((SUITE, PACKAGES, RECIPE_REVISION, ACCOUNTS)).encode()).hexdigest()[:10]
 IMAGE_REPOSITORY = "agentrl-sandbox"
 DEFAULT_IMAGE = f"{IMAGE_REPOSITORY}:{IMAGE_VERSION}"
 BUILD_COMMAND = "python -m sandbox.images build"
 _COMPLETE = ".agentrl-complete"
+# Where root keeps root filesystems: bwrap runs as an unprivileged uid and must be able to reach them
+# (root's own ~/.cache sits under /root, mode 0700).
+ROOT_ROOTFS_HOME = Path("/var/cache/agentrl/rootfs")
 
 
 def rootfs_home() -> Path:
-    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentrl" / "rootfs"
-    return Path(os.environ.get("AGENTRL_ROOTFS_DIR", default))
+    if "AGENTRL_ROOTFS_DIR" in os.environ:
+        return Path(os.environ["AGENTRL_ROOTFS_DIR"])
+    if os.geteuid() == 0:
+        return ROOT_ROOTFS_HOME
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentrl" / "rootfs"
 
 
 def rootfs_dir(tag: str = DEFAULT_IMAGE) -> Path:
@@ -74,8 +86,52 @@ def _log(msg: str, start: float) -> None:
     print(f"[images {time.monotonic() - start:6.1f}s] {msg}", flush=True)
 
 
+@contextlib.contextmanager
+def build_lock(tag: str):
+    """One build of ``tag`` at a time on this machine; the second waits for the first and reuses its result."""
+    home = rootfs_home()
+    home.mkdir(parents=True, exist_ok=True)
+    path = home / f".{rootfs_dir(tag).name}.lock"
+    with open(path, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"[images] another build of {tag} is running; waiting for it ({path})", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def mounts_under(path: Path) -> list[str]:
+    """Mount points at or below ``path`` (deepest first), from /proc/self/mountinfo."""
+    root = os.path.realpath(path)
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            point = line.split()[4].encode().decode("unicode_escape")
+            if point == root or point.startswith(root.rstrip("/") + "/"):
+                found.append(point)
+    return sorted(found, key=len, reverse=True)
+
+
+def remove_tree(path: Path) -> None:
+    """``rmtree`` that first unmounts what a killed debootstrap left mounted inside (its /proc, /sys)."""
+    if not path.exists():
+        return
+    for point in mounts_under(path):
+        subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
+    left = mounts_under(path)
+    if left:
+        raise RuntimeError(f"cannot remove {path}: still mounted: {', '.join(left)}")
+    shutil.rmtree(path)
+
+
 def build_rootfs(tag: str = DEFAULT_IMAGE, *, mirror: str = MIRROR, force: bool = False) -> Path:
     """Debootstraps the root filesystem of ``tag``; a complete one is reused."""
+    with build_lock(tag):
+        return _build_rootfs(tag, mirror=mirror, force=force)
+
+
+def _build_rootfs(tag: str, *, mirror: str, force: bool) -> Path:
     start = time.monotonic()
     target = rootfs_dir(tag)
     if rootfs_ready(tag) and not force:
@@ -86,7 +142,7 @@ def build_rootfs(tag: str = DEFAULT_IMAGE, *, mirror: str = MIRROR, force: bool 
     if os.geteuid() != 0:
         raise RuntimeError("building the root filesystem needs root (debootstrap)")
     partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    remove_tree(partial)  # a killed build's leftovers (we hold the lock: no build is running there)
     partial.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
         "debootstrap",
@@ -113,13 +169,27 @@ def build_rootfs(tag: str = DEFAULT_IMAGE, *, mirror: str = MIRROR, force: bool 
                 start,
             )
     if proc.wait() != 0:
-        raise RuntimeError("debootstrap failed:\n" + "\n".join(tail))
+        raise RuntimeError(_explain_failure(tail, partial, mirror))
     _finish_rootfs(partial)
-    shutil.rmtree(target, ignore_errors=True)
+    remove_tree(target)
     partial.rename(target)
     (target / _COMPLETE).write_text(tag + "\n")
     _log(f"rootfs ready at {target}", start)
     return target
+
+
+def _explain_failure(tail: list[str], partial: Path, mirror: str) -> str:
+    text = "\n".join(tail)
+    log = partial / "debootstrap" / "debootstrap.log"
+    if "Release signature" in text or "Failed getting release file" in text:
+        cause = f"the mirror {mirror} could not be read or verified (network, proxy, or a mirror mid-sync)"
+    elif "Couldn't download" in text or "Failed to fetch" in text:
+        cause = f"packages could not be downloaded from {mirror}"
+    elif "No space left" in text:
+        cause = f"the disk under {partial} is full"
+    else:
+        cause = "see the output below"
+    return f"debootstrap failed: {cause}. Full log: {log}\n{text}"
 
 
 def _finish_rootfs(root: Path) -> None:
@@ -134,8 +204,13 @@ def _finish_rootfs(root: Path) -> None:
                     child.unlink(missing_ok=True)
     for sub in ("workspace", "run/agentrl"):
         (root / sub).mkdir(parents=True, exist_ok=True)
-    (root / "workspace").chmod(0o1777)
+    (root / "workspace").chmod(0o755)
     (root / "etc/hostname").write_text("sandbox\n")
+    for name, uid, home, shell in ACCOUNTS:
+        with open(root / "etc/passwd", "a") as f:
+            f.write(f"{name}:x:{uid}:{uid}:agentrl {name}:{home}:{shell}\n")
+        with open(root / "etc/group", "a") as f:
+            f.write(f"{name}:x:{uid}:\n")
 
 
 def docker_client(url: str | None = None):
@@ -178,15 +253,6 @@ def import_image(tag: str = DEFAULT_IMAGE, *, url: str | None = None, force: boo
     return tag
 
 
-def ensure(tag: str = DEFAULT_IMAGE, *, docker: bool = True, url: str | None = None) -> None:
-    """Builds whatever of the rootfs / image is missing."""
-    if docker and image_exists(tag, url) and rootfs_ready(tag):
-        return
-    build_rootfs(tag)
-    if docker:
-        import_image(tag, url=url)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sandbox.images", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -209,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         build_rootfs(args.tag, force=args.force)
         if not args.no_docker:
-            import_image(args.tag, url=args.docker_url, force=args.force)
+            with build_lock(args.tag):
+                import_image(args.tag, url=args.docker_url, force=args.force)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -295,7 +295,11 @@ class WarmPool:
         self.close()
 
     def close(self) -> None:
-        """Destroys every sandbox (leased ones are killed under their holders) and sweeps the hosts."""
+        """Destroys every sandbox (leased ones are killed under their holders) and sweeps the hosts.
+
+        Returns only when they are gone: no container or bwrap process of this pool is left running,
+        so a leak check or an exiting process can rely on it.
+        """
         with self._cond:
             if self._closed:
                 return
@@ -318,7 +322,10 @@ class WarmPool:
         for entry in stuck:
             self.meter.change(busy=-1)
             self._destroy(entry)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        # Sandboxes still being made or reset in the background are destroyed by their workers when
+        # they see the pool closed: wait for them, so that nothing of this pool outlives close().
+        in_worker = threading.current_thread().name.startswith("agentrl-pool")
+        self._executor.shutdown(wait=not in_worker, cancel_futures=True)
         self._thread.join(timeout=5)
         live = {sb.id for sb in list(base._live) if not sb.closed}
         for host in self.hosts:

@@ -94,12 +94,13 @@ class PoolConfig:
 
 
 def hygiene_fingerprint(sandbox: Sandbox) -> str:
-    """What the writable directories hold: one line per entry (path, kind, size, mode), sorted.
+    """What the writable places hold: one line per entry (path, kind, size, mode, owner) and per IPC object.
 
     Taken when a sandbox is created and compared after every reset. The agent
-    lists the directories itself (:meth:`Sandbox.probe`): one round trip, no
-    process spawned. The environment needs no check: each exec starts from the
-    agent's pristine copy, so nothing a job exported can persist.
+    lists every directory a command can write (workspace, /tmp, /dev/shm,
+    /dev/mqueue) and the System V IPC namespace itself (:meth:`Sandbox.probe`):
+    one round trip, no process spawned. The environment needs no check: each
+    exec starts from the agent's pristine copy, so nothing a job exported can persist.
     """
     return _listing(sandbox.probe())
 
@@ -112,12 +113,13 @@ def check_clean(sandbox: Sandbox, expected: str) -> str | None:
     listing = _listing(seen)
     if listing != expected:
         extra = sorted(set(listing.splitlines()) ^ set(expected.splitlines()))[:5]
-        return f"writable dirs differ from a fresh sandbox: {extra}"
+        return f"writable places differ from a fresh sandbox: {extra}"
     return None
 
 
 def _listing(seen: dict[str, Any]) -> str:
     lines = [" ".join(str(x) for x in entry) for entry in seen["entries"]]
+    lines += ["ipc " + " ".join(str(x) for x in obj) for obj in seen.get("ipc", ())]
     return "\n".join(lines) + ("\n(truncated)" if seen["truncated"] else "")
 
 

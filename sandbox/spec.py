@@ -52,7 +52,9 @@ class SandboxSpec:
         ``workspace_mb + 2 * tmp_mb`` (/tmp and /dev/shm) plus a 64 MB reserve.
       pids: maximum number of processes and threads (fork-bomb containment).
       workspace_mb: size of the writable workspace (a tmpfs: this is the disk quota).
-      tmp_mb: size of the writable ``/tmp``.
+      tmp_mb: size of the writable ``/tmp`` (and of ``/dev/shm``).
+      max_inodes: files, directories and links each writable mount may hold (the
+        workspace, /tmp, /dev/shm): creating one more fails with ``ENOSPC``.
       timeout_s: default wall-clock limit of one :meth:`Sandbox.exec`.
       max_output_bytes: per-stream cap on captured stdout / stderr.
       network: False (default) gives the sandbox no network at all, loopback only.
@@ -69,6 +71,7 @@ class SandboxSpec:
     pids: int = 256
     workspace_mb: int = 256
     tmp_mb: int = 64
+    max_inodes: int = 65536
     timeout_s: float = 60.0
     max_output_bytes: int = 1 << 20
     network: bool = False
@@ -90,6 +93,7 @@ class SandboxSpec:
             ("pids", 8, 1 << 16),
             ("workspace_mb", 1, 1 << 20),
             ("tmp_mb", 1, 1 << 20),
+            ("max_inodes", 16, 1 << 24),
             ("max_output_bytes", 1, 1 << 30),
         ):
             value = getattr(self, name)

@@ -7,6 +7,8 @@ a test *failure*, never a skip.
 from __future__ import annotations
 
 import os
+import subprocess
+import time
 
 import pytest
 
@@ -41,3 +43,44 @@ def backend(request):
 def sandbox(backend):
     with backend.create(SandboxSpec(timeout_s=30)) as sb:
         yield sb
+
+
+# A small sandbox for hostile programs: limits low enough that bombs hit them fast.
+HOSTILE_SPEC = SandboxSpec(memory_mb=384, workspace_mb=64, tmp_mb=32, pids=128, timeout_s=20, max_output_bytes=1 << 16)
+
+
+def assert_gone(sb) -> None:
+    """Nothing of a closed sandbox is left: no process, cgroup, container."""
+    assert sb.closed
+    if sb.backend == "bwrap":
+        assert sb._proc.poll() is not None
+        if sb._cgroup is not None:
+            assert not any(d.exists() for d in sb._cgroup.dirs), sb._cgroup.dirs
+    else:
+        out = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"name={sb.id}"], capture_output=True, text=True, check=True
+        ).stdout
+        deadline = time.monotonic() + 10
+        while out.strip() and time.monotonic() < deadline:  # auto-remove can lag a moment
+            time.sleep(0.1)
+            out = subprocess.run(
+                ["docker", "ps", "-aq", "--filter", f"name={sb.id}"], capture_output=True, text=True
+            ).stdout
+        assert not out.strip(), f"container {sb.id} still exists"
+    host_procs = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "agentrl-adversary-marker" not in host_procs
+
+
+@pytest.fixture
+def hostile(backend):
+    neighbour = backend.create(HOSTILE_SPEC)
+    sb = backend.create(HOSTILE_SPEC)
+    yield sb
+    assert neighbour.exec("echo ok", timeout=10).stdout == b"ok\n", "neighbour sandbox stopped answering"
+    neighbour.close()
+    sb.close()
+    assert_gone(sb)
+
+
+def only_agent_left(sb) -> bool:
+    return sb.ping()["processes"] == 0

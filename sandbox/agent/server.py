@@ -1,68 +1,39 @@
 """The in-sandbox agent: PID 1 of every sandbox, on both backends.
 
-The host sends this file's source to ``python3`` at sandbox start (see
-:data:`BOOTSTRAP`), so images need only a Python 3 and never go stale when the
-agent changes. Being PID 1 of the sandbox's PID namespace makes it immune to
-signals from the code it runs (``kill -9 -1`` inside spares it), and makes it
-the reaper of every orphan, so zombies never pile up.
+The host sends the sources of this package to ``python3`` at sandbox start
+(see :data:`sandbox.agent.BOOTSTRAP`), so images need only a Python 3 and never
+go stale when the agent changes. Being PID 1 of the sandbox's PID namespace
+makes it the reaper of every orphan, so zombies never pile up.
 
-One request at a time arrives on stdin and one response leaves on stdout, each
-framed as ``u32 header length | JSON header | binary blobs`` (lengths listed in
-the header's ``blobs``). The agent enforces per-command wall-clock timeouts,
-kills the whole process tree a command left behind when it times out (``setsid``
-daemons and trapped SIGTERM included), caps captured output inside the sandbox
-so the host never buffers more than the cap, and snapshots/restores the
-writable directories.
+Who is who inside: the agent is sandbox root with a few capabilities, locked
+down at boot (:mod:`sandbox.agent.confine`). Every command runs as an
+unprivileged uid, ``sandbox`` (1000) by default or ``judge`` (1001) for code
+that decides a reward, with no capabilities; it cannot ptrace the agent, read
+its memory or descriptors, or write its reply stream.
+
+One request at a time arrives on stdin and one response leaves on stdout
+(:mod:`sandbox.agent.protocol`). The agent enforces per-command wall-clock
+timeouts, kills the whole process tree a command left behind when it times out
+(``setsid`` daemons and trapped SIGTERM included), caps captured output inside
+the sandbox so the host never buffers more than the cap, and snapshots,
+restores and lists the writable directories (:mod:`sandbox.agent.files`).
 
 Standard library only; runs on Python >= 3.8.
 """
 
 import errno
-import io
-import json
 import os
 import selectors
-import shutil
 import signal
-import stat
-import struct
 import sys
-import tarfile
 import time
 
-# The command line that boots the agent: read a u32 length, then that much source, exec it.
-BOOTSTRAP = (
-    "import sys,struct;r=sys.stdin.buffer;n=struct.unpack('>I',r.read(4))[0];"
-    "exec(compile(r.read(n),'agentrl-agent','exec'),{'__name__':'__agent__'})"
-)
+from sandbox.agent import confine as confinement
+from sandbox.agent import ipc
+from sandbox.agent.files import FileOpError, Trees
+from sandbox.agent.protocol import encode_message, read_message
 
-_HEADER = struct.Struct(">I")
-_MAX_HEADER = 64 << 20
 _DRAIN_AFTER_EXIT_S = 0.05
-
-
-def read_exact(stream, n):
-    data = stream.read(n)
-    if data is None or len(data) != n:
-        raise EOFError("stream closed after %d of %d bytes" % (0 if data is None else len(data), n))
-    return data
-
-
-def read_message(stream):
-    """Reads one framed message: returns (header dict, list of blobs)."""
-    (size,) = _HEADER.unpack(read_exact(stream, 4))
-    if size > _MAX_HEADER:
-        raise ValueError("message header of %d bytes is too large" % size)
-    header = json.loads(read_exact(stream, size).decode("utf-8"))
-    blobs = [read_exact(stream, int(n)) for n in header.get("blobs", ())]
-    return header, blobs
-
-
-def encode_message(header, blobs=()):
-    """Frames a message; the inverse of :func:`read_message`."""
-    header = dict(header, blobs=[len(b) for b in blobs])
-    raw = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    return b"".join([_HEADER.pack(len(raw)), raw, *blobs])
 
 
 def _process_table(me):
@@ -80,49 +51,41 @@ def _process_table(me):
     return table
 
 
-def _listing(roots, limit):
-    """[path, kind (d/f/l/o), size of files, mode] of everything under ``roots``, at most ``limit``."""
-    entries = []
-    for root in roots:
-        for dirpath, dirnames, filenames in os.walk(root):
-            for name in dirnames + filenames:
-                path = os.path.join(dirpath, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                mode = st.st_mode
-                kind = "d" if stat.S_ISDIR(mode) else "l" if stat.S_ISLNK(mode) else "f" if stat.S_ISREG(mode) else "o"
-                entries.append([path, kind, st.st_size if kind == "f" else 0, stat.S_IMODE(mode)])
-                if len(entries) >= limit:
-                    return entries
-    return entries
+def _start_as(uid, gid, cwd):
+    """In the child before exec: raise its OOM score, become ``uid``, enter ``cwd`` as that uid.
 
-
-def _raise_oom_score():
-    """In the child before exec: whatever the command spawns is what the OOM killer takes first.
-
-    Set before exec (not after spawn) so a fork bomb cannot fork at the old score.
+    The OOM score is set first, while the child may still write its own ``/proc`` files, so a fork
+    bomb cannot fork at the old score; the uid comes next and every capability goes with it.
     """
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")
-    except OSError:
-        pass
+
+    def start():
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
+        confinement.drop_to(uid, gid)
+        os.chdir(cwd)
+
+    return start
 
 
 class Agent:
     def __init__(self, config):
         self.workdir = config["workdir"]
-        self.writable = list(config.get("writable", [self.workdir]))
         self.base_env = dict(config.get("env", {}))
         self.oom_files = list(config.get("oom_files", []))
+        self.users = {name: tuple(ids) for name, ids in dict(config["users"]).items()}
         self.shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
         self.pid = os.getpid()
-        for name, value in dict(config.get("rlimits", {})).items():
-            import resource
+        import resource
 
+        for name, value in dict(config.get("rlimits", {})).items():
             resource.setrlimit(getattr(resource, "RLIMIT_" + name), (int(value), int(value)))
+        os.umask(0o022)
+        applied = confinement.confine(config)
+        self.trees = Trees(applied.pop("writable"))
+        self.confinement = dict(applied, writable=self.trees.paths)
         self.exited = {}  # pid -> raw wait status of reaped children we spawned
         self.wanted = set()
         self.wake_r, wake_w = os.pipe()
@@ -131,13 +94,6 @@ class Agent:
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-        for path in list(self.writable):
-            try:
-                os.makedirs(path, exist_ok=True)
-            except OSError:
-                pass
-            if not os.access(path, os.W_OK):
-                self.writable.remove(path)
 
     # -- process management -------------------------------------------------
     def reap(self):
@@ -205,6 +161,9 @@ class Agent:
         env = dict(self.base_env)
         env.update(req.get("env") or {})
         cwd = req.get("cwd") or self.workdir
+        user = req.get("user") or "sandbox"
+        if user not in self.users:
+            return {"error": "usage", "message": "unknown user %r (one of %s)" % (user, sorted(self.users))}, []
         if not os.path.isdir(cwd):
             return {"error": "usage", "message": "cwd %r is not a directory in the sandbox" % cwd}, []
         cap = int(req["max_output"])
@@ -217,17 +176,18 @@ class Agent:
         err_r, err_w = os.pipe()
         in_r, in_w = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), None)
         try:
-            pid = self._spawn(argv, env, cwd, in_r, out_w, err_w)
-        except OSError as exc:
+            pid = self._spawn(argv, env, self.users[user], cwd, in_r, out_w, err_w)
+        except (OSError, subprocess_error()) as exc:
             for fd in (out_r, out_w, err_r, err_w, in_r, in_w):
                 if fd is not None:
                     os.close(fd)
-            if exc.errno == errno.E2BIG:
+            if getattr(exc, "errno", None) == errno.E2BIG:
                 msg = "command or environment too long for execve (E2BIG); write long scripts to a file first"
                 return {"error": "usage", "message": msg}, []
-            # Like a shell: a missing program is 127, one that cannot start (pids limit hit) 126.
-            code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
-            msg = ("agentrl: cannot execute %r: %s\n" % (argv[0], exc.strerror or exc)).encode()
+            # Like a shell: a missing program is 127, one that cannot start (pids limit hit, cwd
+            # not enterable by the command's uid) 126.
+            code = 127 if getattr(exc, "errno", None) in (errno.ENOENT, errno.ENOTDIR) else 126
+            msg = ("agentrl: cannot execute %r: %s\n" % (argv[0], getattr(exc, "strerror", None) or exc)).encode()
             header = {"exit_code": code, "timed_out": False, "truncated": False, "duration_s": 0.0, "oom_killed": False}
             return header, [b"", msg]
         for fd in (in_r, out_w, err_w):
@@ -263,7 +223,7 @@ class Agent:
         }
         return header, [bytes(bufs[0]), bytes(bufs[1])]
 
-    def _spawn(self, argv, env, cwd, stdin_fd, out_fd, err_fd):
+    def _spawn(self, argv, env, ids, cwd, stdin_fd, out_fd, err_fd):
         import subprocess  # deferred: only exec needs it
 
         proc = subprocess.Popen(
@@ -271,11 +231,10 @@ class Agent:
             stdin=stdin_fd,
             stdout=out_fd,
             stderr=err_fd,
-            cwd=cwd,
             env=env,
             start_new_session=True,
             close_fds=True,
-            preexec_fn=_raise_oom_score,  # safe: the agent is single-threaded
+            preexec_fn=_start_as(ids[0], ids[1], cwd),  # safe: the agent is single-threaded
         )
         proc.returncode = 0  # the agent reaps; stop Popen from ever waiting on it
         return proc.pid
@@ -347,47 +306,42 @@ class Agent:
                     os.close(fd)
         return (bufs[out_r], bufs[err_r]), truncated, timed_out, status
 
-    def _resolve(self, path):
+    def _path(self, path):
         if not isinstance(path, str) or not path or "\0" in path:
-            raise ValueError("bad path %r" % (path,))
+            raise FileOpError("bad path %r" % (path,))
         return os.path.normpath(os.path.join(self.workdir, path))
 
     def op_write(self, req, blobs):
+        uid, gid = self.users[req.get("user") or "sandbox"]
         for meta, data in zip(req["files"], blobs):
-            path = self._resolve(meta["path"])
+            path = self._path(meta["path"])
             try:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as f:
-                    f.write(data)
-                os.chmod(path, int(meta.get("mode", 0o644)))
-            except OSError as exc:
-                return {"error": "file", "message": "write %s: %s" % (path, exc.strerror or exc)}, []
+                self.trees.write(path, data, int(meta.get("mode", 0o644)), uid, gid)
+            except (OSError, FileOpError) as exc:
+                return {"error": "file", "message": "write %s: %s" % (path, getattr(exc, "strerror", None) or exc)}, []
         return {"ok": True}, []
 
     def op_read(self, req, blobs):
-        path = self._resolve(req["path"])
-        limit = int(req["max_bytes"])
+        path = self._path(req["path"])
         try:
-            with open(path, "rb") as f:
-                data = f.read(limit + 1)
-        except OSError as exc:
-            return {"error": "file", "message": "read %s: %s" % (path, exc.strerror or exc)}, []
-        if len(data) > limit:
-            return {"error": "file", "message": "read %s: larger than max_bytes=%d" % (path, limit)}, []
+            data = self.trees.read(path, int(req["max_bytes"]))
+        except (OSError, FileOpError) as exc:
+            return {"error": "file", "message": "read %s: %s" % (path, getattr(exc, "strerror", None) or exc)}, []
         return {"ok": True}, [data]
 
     def op_probe(self, req, blobs):
-        """What the writable dirs hold and how many processes run, seen from here (no command spawned).
+        """What the writable dirs and the IPC namespace hold and how many processes run (no command spawned).
 
         The warm pool's hygiene check after a reset: one round trip instead of a ``find`` exec.
         """
         limit = int(req.get("max_entries", 10000))
-        entries = _listing(self.writable, limit + 1)
+        entries = self.trees.listing(limit + 1)
         entries.sort()
         return {
             "ok": True,
             "entries": entries[:limit],
             "truncated": len(entries) > limit,
+            "ipc": ipc.objects(),
             "processes": len(_process_table(self.pid)),
         }, []
 
@@ -396,32 +350,24 @@ class Agent:
         return {"ok": True}, []
 
     def op_snapshot(self, req, blobs):
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for root in self.writable:
-                tar.add(root, arcname=root.lstrip("/"), recursive=True)
-        return {"ok": True}, [buf.getvalue()]
+        return {"ok": True}, [self.trees.snapshot()]
 
     def op_restore(self, req, blobs):
-        """Kills every process, empties the writable dirs, unpacks the snapshot."""
+        """Kills every process, empties the writable dirs and the IPC namespace, unpacks the snapshot."""
         self.kill_all()
-        for root in self.writable:
-            for name in os.listdir(root):
-                path = os.path.join(root, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
-        with tarfile.open(fileobj=io.BytesIO(blobs[0]), mode="r") as tar:
-            kwargs = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
-            tar.extractall("/", **kwargs)
+        self.trees.clear()
+        left = ipc.remove_all()
+        if left:
+            return {"error": "agent", "message": "%d IPC objects could not be removed" % left}, []
+        try:
+            self.trees.restore(blobs[0])
+        except (OSError, FileOpError) as exc:
+            return {"error": "agent", "message": "restore: %s" % exc}, []
         return {"ok": True}, []
 
     def serve(self, inp, out):
-        out.write(encode_message({"ok": True, "hello": True, "pid": self.pid}))
+        hello = {"ok": True, "hello": True, "pid": self.pid, "confinement": self.confinement}
+        out.write(encode_message(hello))
         out.flush()
         while True:
             try:
@@ -441,11 +387,19 @@ class Agent:
             out.flush()
 
 
+def subprocess_error():
+    import subprocess
+
+    return subprocess.SubprocessError
+
+
 def main():
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     config, _ = read_message(inp)
-    Agent(config).serve(inp, out)
-
-
-if __name__ == "__agent__":
-    main()
+    try:
+        agent = Agent(config)
+    except Exception as exc:  # noqa: BLE001 - a sandbox that cannot be confined must not serve
+        out.write(encode_message({"error": "confine", "message": "%s: %s" % (type(exc).__name__, exc)}))
+        out.flush()
+        return
+    agent.serve(inp, out)

@@ -1,0 +1,128 @@
+"""Resource bombs on both backends: contained by the spec's limits, reported as results, nothing left behind.
+
+Every test runs a fresh sandbox next to a neighbour, checks that the attack came back
+as an ExecResult (not an infrastructure error), that the neighbour still answers, and,
+after close, that no process, container or cgroup of the sandbox is left.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+from tests.sandbox.conftest import HOSTILE_SPEC as SPEC
+from tests.sandbox.conftest import backend_or_skip, only_agent_left
+
+
+def test_fork_bomb(hostile):
+    r = hostile.exec(":(){ :|:& };:; sleep 2", timeout=5)
+    assert not r.oom_killed
+    assert hostile.ping()["processes"] <= SPEC.pids  # the pids limit held
+    hostile.kill_all()
+    assert only_agent_left(hostile)
+    assert hostile.exec("echo recovered").stdout == b"recovered\n"
+
+
+def test_memory_bomb_is_oom_killed(hostile):
+    r = hostile.exec("python3 -c 'x = bytearray(2 << 30)'", timeout=20)
+    assert r.exit_code == 137 and r.oom_killed
+    assert hostile.exec("echo alive").ok
+
+
+def test_slow_memory_growth_is_oom_killed(hostile):
+    r = hostile.exec("python3 -c '\nchunks = []\nwhile True: chunks.append(bytearray(8 << 20))'", timeout=20)
+    assert r.oom_killed and not r.timed_out
+
+
+def test_disk_fill_hits_the_quota_not_the_host(hostile):
+    r = hostile.exec("dd if=/dev/zero of=/workspace/fill bs=1M count=1000", timeout=20)
+    assert r.exit_code != 0 and b"No space left" in r.stderr
+    size = int(hostile.exec("stat -c %s /workspace/fill").stdout)
+    assert size <= SPEC.workspace_mb << 20
+    r = hostile.exec("dd if=/dev/zero of=/tmp/fill bs=1M count=1000; dd if=/dev/zero of=/dev/shm/f bs=1M count=1000")
+    assert r.stderr.count(b"No space left") == 2
+    assert hostile.exec("rm /workspace/fill && echo freed").stdout == b"freed\n"
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    ["yes", "head -c 1000000000 /dev/zero", "python3 -c 'import sys; sys.stderr.write(\"e\" * 10**8)'"],
+    ids=["yes", "1GB-line-no-newline", "stderr-flood"],
+)
+def test_output_bomb_is_capped(hostile, cmd):
+    r = hostile.exec(cmd, timeout=3)
+    assert r.truncated
+    assert len(r.stdout) <= SPEC.max_output_bytes and len(r.stderr) <= SPEC.max_output_bytes
+    assert max(len(r.stdout), len(r.stderr)) == SPEC.max_output_bytes
+    assert only_agent_left(hostile)
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        "trap '' TERM INT HUP; sleep 600",
+        "setsid sh -c 'setsid sleep 600 & sleep 600' & sleep 600",
+        "nohup sleep 600 >/dev/null 2>&1 & disown; sleep 600",
+        "python3 -c 'import os,time\nif os.fork()==0:\n  os.setsid()\n  if os.fork()==0:\n    time.sleep(600)\n  os._exit(0)\ntime.sleep(600)'",
+    ],
+    ids=["trapped-sigterm", "setsid-daemon", "nohup", "double-fork"],
+)
+def test_timeout_kills_the_whole_tree(hostile, cmd):
+    t = time.monotonic()
+    r = hostile.exec(cmd, timeout=1)
+    assert r.timed_out and r.exit_code == 137
+    assert time.monotonic() - t < 10
+    assert only_agent_left(hostile), hostile.exec("ps -ef").stdout_text
+
+
+def test_timeout_spares_services_started_earlier(hostile):
+    hostile.exec("sleep 600 >/dev/null 2>&1 &")
+    assert hostile.ping()["processes"] == 1
+    assert hostile.exec("setsid sleep 600 & sleep 600", timeout=1).timed_out
+    assert hostile.ping()["processes"] == 1
+
+
+def test_zombies_are_reaped(hostile):
+    # The parent exits without waiting for 20 children: they are re-parented to the agent.
+    hostile.exec("python3 -c 'import os\nfor _ in range(20):\n  os.fork() or os._exit(0)\n'")
+    time.sleep(0.2)
+    states = hostile.exec("ps -eo stat=").stdout_text.split()
+    assert not [s for s in states if s.startswith("Z")], states
+
+
+@pytest.mark.parametrize(
+    ("cmd", "expected"),
+    [
+        ("printf '\\377\\376\\000bin'", b"\xff\xfe\x00bin"),
+        ("head -c 4096 /dev/urandom | wc -c", b"4096\n"),
+        ("python3 -c 'import sys; sys.stdout.buffer.write(bytes(range(256)))'", bytes(range(256))),
+    ],
+)
+def test_binary_and_non_utf8_output(hostile, cmd, expected):
+    r = hostile.exec(cmd)
+    assert r.stdout == expected
+    assert isinstance(r.stdout_text, str)
+
+
+def test_host_stays_responsive_under_cpu_burn(hostile):
+    hostile.exec("for i in 1 2 3 4; do (while :; do :; done) & done; sleep 0.1")
+    t = time.monotonic()
+    subprocess.run(["python3", "-c", "sum(range(10**6))"], check=True)
+    assert time.monotonic() - t < 30  # generous: the point is that the host is not starved
+    hostile.kill_all()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for the host's view of cgroups")
+def test_bwrap_cgroup_limits_match_the_spec():
+    backend = backend_or_skip("bwrap")
+    if backend.cgroups is None:
+        pytest.fail("running as root but no writable cgroups found for the bwrap backend")
+    with backend.create(SPEC) as sb:
+        memory = next(d for d in sb._cgroup.dirs if "memory" in str(d) or sb._cgroup.version == 2)
+        limit_file = "memory.max" if sb._cgroup.version == 2 else "memory.limit_in_bytes"
+        assert int((memory / limit_file).read_text()) == SPEC.memory_mb << 20
+        pids_dir = sb._cgroup.dirs[0] if sb._cgroup.version == 2 else sb._cgroup.dirs[1]
+        assert int((pids_dir / "pids.max").read_text()) == SPEC.pids
