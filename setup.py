@@ -11,6 +11,8 @@ CORE = [
     "orbax-checkpoint>=0.12,<0.13",
     "gymnasium>=1.4,<2",
     "docker>=7.1,<8",
+    # libseccomp's Python binding (ctypes over the system's libseccomp2): builds the sandbox seccomp filter.
+    "pyseccomp>=0.1.2,<0.2",
     "grain>=0.2.18,<0.3",
     "ml-collections>=1.1,<2",
     "numpy>=2.0,<3",

@@ -17,36 +17,78 @@ harness can use it alone.
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from sandbox.base import Backend, Sandbox, Snapshot
-from sandbox.errors import (
-    AgentUnresponsive,
-    BackendUnavailable,
-    DaemonUnreachable,
-    HostUnavailable,
-    ImageMissing,
-    PoolTimeout,
-    SandboxClosed,
-    SandboxError,
-    SandboxFileError,
-    SandboxInfraError,
-    SandboxStartError,
-    SandboxUsageError,
-    SandboxVanished,
-)
-from sandbox.hosts import Host
-from sandbox.images import DEFAULT_IMAGE
-from sandbox.jobs import Batch, Job, JobHandle, JobResult, RetryPolicy
-from sandbox.pool import WarmPool
-from sandbox.pooled import PoolConfig, PooledSandbox
-from sandbox.scheduler import Scheduler
-from sandbox.spec import ExecResult, SandboxSpec
+# Public names -> the module that defines them. Imported on first use (PEP 562), so that
+# `python -m sandbox.images` / `python -m sandbox.identity` run their module once, and
+# `import sandbox` stays cheap for code that needs only a part of it.
+_EXPORTS = {
+    "sandbox.base": ("Backend", "Sandbox", "Snapshot"),
+    "sandbox.errors": (
+        "AgentUnresponsive",
+        "BackendUnavailable",
+        "DaemonUnreachable",
+        "HostUnavailable",
+        "ImageMissing",
+        "PoolTimeout",
+        "SandboxClosed",
+        "SandboxError",
+        "SandboxFileError",
+        "SandboxInfraError",
+        "SandboxStartError",
+        "SandboxUsageError",
+        "SandboxVanished",
+    ),
+    "sandbox.hosts": ("Host",),
+    "sandbox.images": ("DEFAULT_IMAGE",),
+    "sandbox.jobs": ("Batch", "Job", "JobHandle", "JobResult", "RetryPolicy"),
+    "sandbox.pool": ("WarmPool",),
+    "sandbox.pooled": ("PoolConfig", "PooledSandbox"),
+    "sandbox.scheduler": ("Scheduler",),
+    "sandbox.spec": ("ExecResult", "SandboxSpec"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+if TYPE_CHECKING:
+    from sandbox.base import Backend, Sandbox, Snapshot  # noqa: F401
+    from sandbox.errors import (  # noqa: F401
+        AgentUnresponsive,
+        BackendUnavailable,
+        DaemonUnreachable,
+        HostUnavailable,
+        ImageMissing,
+        PoolTimeout,
+        SandboxClosed,
+        SandboxError,
+        SandboxFileError,
+        SandboxInfraError,
+        SandboxStartError,
+        SandboxUsageError,
+        SandboxVanished,
+    )
+    from sandbox.hosts import Host  # noqa: F401
+    from sandbox.images import DEFAULT_IMAGE  # noqa: F401
+    from sandbox.jobs import Batch, Job, JobHandle, JobResult, RetryPolicy  # noqa: F401
+    from sandbox.pool import WarmPool  # noqa: F401
+    from sandbox.pooled import PoolConfig, PooledSandbox  # noqa: F401
+    from sandbox.scheduler import Scheduler  # noqa: F401
+    from sandbox.spec import ExecResult, SandboxSpec  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sandbox' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 BACKENDS = ("bwrap", "docker")
 
 
-def get_backend(name: str, **kwargs: Any) -> Backend:
+def get_backend(name: str, **kwargs: Any) -> Backend:  # noqa: F821 - resolved lazily
     """Returns a backend by name: ``"bwrap"`` (local, fast) or ``"docker"`` (``url=`` for a remote daemon)."""
     if name == "bwrap":
         from sandbox.bwrap_backend import BwrapBackend
@@ -56,6 +98,8 @@ def get_backend(name: str, **kwargs: Any) -> Backend:
         from sandbox.docker_backend import DockerBackend
 
         return DockerBackend(**kwargs)
+    from sandbox.errors import SandboxUsageError
+
     raise SandboxUsageError(f"backend: expected one of {BACKENDS}, got {name!r}")
 
 

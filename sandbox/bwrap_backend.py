@@ -185,7 +185,8 @@ class BwrapSandbox(Sandbox):
         spec = self.spec
         mounts = []
         for path, size_mb in ((spec.workdir, spec.workspace_mb), ("/tmp", spec.tmp_mb), ("/dev/shm", spec.tmp_mb)):
-            mounts.append({"op": "tmpfs", "path": path, "options": f"size={size_mb}m,nr_inodes={spec.max_inodes}"})
+            inodes = spec.inodes_for(size_mb)
+            mounts.append({"op": "tmpfs", "path": path, "options": f"size={size_mb}m,nr_inodes={inodes}"})
         mounts.append({"op": "hidepid"})
         mounts += [{"op": "readonly", "path": path} for path in (*_READONLY_PROC, "/dev")]
         return mounts

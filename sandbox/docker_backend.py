@@ -75,7 +75,7 @@ class DockerSandbox(Sandbox):
         uid, gid = identity.USERS["sandbox"]
 
         def tmpfs(size_mb: int, owner: str) -> str:
-            return f"rw,exec,nosuid,nodev,{owner},size={size_mb}m,nr_inodes={spec.max_inodes}"
+            return f"rw,exec,nosuid,nodev,{owner},size={size_mb}m,nr_inodes={spec.inodes_for(size_mb)}"
 
         try:
             api = client.api

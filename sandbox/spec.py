@@ -13,6 +13,7 @@ from sandbox.images import DEFAULT_IMAGE
 
 _MAX_ENV_BYTES = 1 << 20
 AGENT_RESERVE_MB = 64  # memory kept free of tmpfs files, for the agent and processes
+INODE_COST_BYTES = 1024  # kernel memory of one tmpfs inode + dentry, charged to the sandbox (measured ~960 B)
 
 
 def _check(cond: bool, field: str, expected: str, value: Any) -> None:
@@ -53,8 +54,11 @@ class SandboxSpec:
       pids: maximum number of processes and threads (fork-bomb containment).
       workspace_mb: size of the writable workspace (a tmpfs: this is the disk quota).
       tmp_mb: size of the writable ``/tmp`` (and of ``/dev/shm``).
-      max_inodes: files, directories and links each writable mount may hold (the
-        workspace, /tmp, /dev/shm): creating one more fails with ``ENOSPC``.
+      max_inodes: files, directories and links each writable mount (the workspace,
+        /tmp, /dev/shm) may hold; creating one more fails with ``ENOSPC``. ``None``
+        (default): one per 8 KiB of the mount's size, at least 1024 (ext4 gives one
+        per 16 KiB). Inodes cost kernel memory charged to the sandbox (~1 KiB each),
+        so they count toward ``memory_mb`` like the tmpfs contents do.
       timeout_s: default wall-clock limit of one :meth:`Sandbox.exec`.
       max_output_bytes: per-stream cap on captured stdout / stderr.
       network: False (default) gives the sandbox no network at all, loopback only.
@@ -71,7 +75,7 @@ class SandboxSpec:
     pids: int = 256
     workspace_mb: int = 256
     tmp_mb: int = 64
-    max_inodes: int = 65536
+    max_inodes: int | None = None
     timeout_s: float = 60.0
     max_output_bytes: int = 1 << 20
     network: bool = False
@@ -93,7 +97,6 @@ class SandboxSpec:
             ("pids", 8, 1 << 16),
             ("workspace_mb", 1, 1 << 20),
             ("tmp_mb", 1, 1 << 20),
-            ("max_inodes", 16, 1 << 24),
             ("max_output_bytes", 1, 1 << 30),
         ):
             value = getattr(self, name)
@@ -105,6 +108,10 @@ class SandboxSpec:
             "seconds in (0, 86400]",
             self.timeout_s,
         )
+        if self.max_inodes is not None:
+            value = self.max_inodes
+            ok = isinstance(value, int) and not isinstance(value, bool) and 16 <= value <= 1 << 24
+            _check(ok, "max_inodes", f"None or an int in [16, {1 << 24}]", value)
         for name in ("network", "read_only_root", "host_system"):
             _check(isinstance(getattr(self, name), bool), name, "a bool", getattr(self, name))
         _check(
@@ -116,16 +123,26 @@ class SandboxSpec:
             "a normalised absolute path other than /, /proc, /sys, /dev, /tmp",
             self.workdir,
         )
-        # Files in the tmpfs mounts (workspace, /tmp, /dev/shm) are memory of the sandbox: if they
-        # could fill the memory limit, the next fork would OOM-kill the agent and a model's own
-        # doing would look like an infrastructure failure.
-        floor = self.workspace_mb + 2 * self.tmp_mb + AGENT_RESERVE_MB
+        # Files in the tmpfs mounts (workspace, /tmp, /dev/shm) and their inodes are memory of the
+        # sandbox: if they could fill the memory limit, the next fork would OOM-kill the agent and a
+        # model's own doing would look like an infrastructure failure.
+        inodes_mb = math.ceil(sum(self.inodes_for(mb) for mb in self.tmpfs_sizes_mb()) * INODE_COST_BYTES / (1 << 20))
+        floor = self.workspace_mb + 2 * self.tmp_mb + inodes_mb + AGENT_RESERVE_MB
         if self.memory_mb < floor:
             raise SandboxUsageError(
-                f"SandboxSpec.memory_mb: expected >= workspace_mb + 2 * tmp_mb + {AGENT_RESERVE_MB} = {floor} "
-                f"(tmpfs contents count as memory), got {self.memory_mb}; raise memory_mb or lower workspace_mb/tmp_mb"
+                f"SandboxSpec.memory_mb: expected >= workspace_mb + 2 * tmp_mb + {inodes_mb} (their inodes) + "
+                f"{AGENT_RESERVE_MB} = {floor} (tmpfs contents count as memory), got {self.memory_mb}; raise "
+                "memory_mb or lower workspace_mb/tmp_mb/max_inodes"
             )
         object.__setattr__(self, "env", check_env(self.env, "SandboxSpec.env"))
+
+    def tmpfs_sizes_mb(self) -> tuple[int, int, int]:
+        """Sizes of the writable tmpfs mounts: workspace, /tmp, /dev/shm."""
+        return (self.workspace_mb, self.tmp_mb, self.tmp_mb)
+
+    def inodes_for(self, size_mb: int) -> int:
+        """The inode cap of a writable mount of ``size_mb`` (see ``max_inodes``)."""
+        return self.max_inodes if self.max_inodes is not None else max(1024, size_mb * 128)
 
     def replace(self, **changes: Any) -> SandboxSpec:
         """A copy with some fields changed (validated again)."""

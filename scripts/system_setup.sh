@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs and starts what the sandboxes need on a Debian/Ubuntu machine (as root):
-# docker.io, bubblewrap, debootstrap; a running dockerd; the sandbox image.
+# docker.io, bubblewrap, debootstrap, libseccomp2; agentrl's unprivileged host uid range
+# (/etc/subuid, /etc/subgid); a running dockerd; the sandbox image.
 # Idempotent: every step checks first. Usage: scripts/system_setup.sh [--no-docker]
 set -euo pipefail
 want_docker=1
@@ -16,6 +17,7 @@ fi
 pkgs=()
 command -v bwrap >/dev/null || pkgs+=(bubblewrap)
 command -v debootstrap >/dev/null || pkgs+=(debootstrap)
+ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2' || pkgs+=(libseccomp2)
 if [ "$want_docker" = 1 ]; then
   command -v dockerd >/dev/null || pkgs+=(docker.io)
 fi
@@ -25,6 +27,9 @@ if [ "${#pkgs[@]}" -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 fi
+
+# Sandbox uids of the bwrap backend map onto this range, never onto host root.
+python -m sandbox.identity setup
 
 if [ "$want_docker" = 1 ]; then
   if ! docker info >/dev/null 2>&1; then

@@ -24,8 +24,8 @@ class ShellOpsEnv(AgentEnv):
     default_tasks = "builtin:shell"
     sandbox_spec = SandboxSpec(memory_mb=1024, timeout_s=60.0)
     system_prompt = (
-        "You are a Linux system administrator working in a sandbox (Debian, no network, you are root; only "
-        "/workspace and /tmp are writable). Use the tools to carry out the task, then call `submit`. "
+        "You are a Linux system administrator working in a sandbox (Debian, no network; you are the unprivileged "
+        "user `sandbox`, uid 1000; only /workspace and /tmp are writable). Use the tools to carry out the task, then call `submit`. "
         "The final state of the sandbox is checked, including any service you leave running."
     )
 

@@ -126,3 +126,22 @@ def test_bwrap_cgroup_limits_match_the_spec():
         assert int((memory / limit_file).read_text()) == SPEC.memory_mb << 20
         pids_dir = sb._cgroup.dirs[0] if sb._cgroup.version == 2 else sb._cgroup.dirs[1]
         assert int((pids_dir / "pids.max").read_text()) == SPEC.pids
+
+
+def test_filling_every_mount_to_its_caps_leaves_the_agent_serving(hostile):
+    """Bytes and inodes of every writable mount at once: tmpfs memory is budgeted, so nothing OOMs the agent."""
+    fill = (
+        "import os\n"
+        "for root in ('/workspace', '/tmp', '/dev/shm'):\n"
+        "    try:\n"
+        "        with open(root + '/big', 'wb') as f:\n"
+        "            while True: f.write(b'x' * (1 << 20))\n"
+        "    except OSError: pass\n"
+        "    try:\n"
+        "        for i in range(10**6): os.mkdir('%s/%s%07d' % (root, 'd' * 200, i))\n"
+        "    except OSError as e: print(root, e.errno)\n"
+    )
+    r = hostile.exec(["python3", "-c", fill], timeout=120)
+    assert not r.oom_killed and r.stdout_text.split()[1::2] == ["28", "28", "28"], r
+    assert hostile.exec("echo alive").stdout == b"alive\n"
+    assert hostile.ping()["pid"] == 1
