@@ -14,10 +14,8 @@ replaced, never followed.
 import errno
 import io
 import os
-import shutil
 import stat
 import tarfile
-import time
 
 O_WALK = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 O_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -118,7 +116,7 @@ class Trees:
         if not parts:
             raise FileOpError("%s is a directory" % path)
         dir_fd = self.open_dir(root, parts[:-1], create_owner=(uid, gid))
-        tmp = ".agentrl-write-%d-%d" % (os.getpid(), time.monotonic_ns())
+        tmp = ".agentrl-write-" + os.urandom(12).hex()  # unguessable: a command cannot pre-plant it
         try:
             fd = os.open(tmp, O_CREATE, 0o600, dir_fd=dir_fd)
             try:
@@ -139,7 +137,7 @@ class Trees:
 
     # -- snapshot / restore ---------------------------------------------------
     def snapshot(self):
-        """A tar of every root marked for snapshots, walked by descriptor (``os.fwalk``, no symlinks followed)."""
+        """A tar of every root marked for snapshots, walked by descriptor (no symlink followed, no recursion)."""
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for root in sorted(self.roots, key=lambda r: r["path"]):
@@ -147,25 +145,15 @@ class Trees:
                     continue
                 base = root["path"].lstrip("/")
                 tar.addfile(_info(base, os.stat(root["path"], follow_symlinks=False)))
-                for dirpath, dirnames, filenames, dfd in os.fwalk(root["path"], follow_symlinks=False):
-                    rel = os.path.relpath(dirpath, root["path"])
-                    prefix = base if rel == "." else base + "/" + rel
-                    for name in sorted(dirnames) + sorted(filenames):
+                for prefix, names, dfd in walk(root["path"], base):
+                    for name in names:
                         _add(tar, prefix + "/" + name, name, dfd)
         return buf.getvalue()
 
     def clear(self):
-        """Empties every root (the roots themselves stay: they are mount points)."""
+        """Empties every root (the roots themselves stay: they are mount points); any depth, no recursion."""
         for root in self.roots:
-            for entry in os.scandir(root["path"]):
-                path = os.path.join(root["path"], entry.name)
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
+            remove_children(root["path"])
 
     def restore(self, data):
         """Recreates a :meth:`snapshot` into emptied roots, every entry created anew (never followed)."""
@@ -184,24 +172,97 @@ class Trees:
                     os.close(dir_fd)
 
     def listing(self, limit):
-        """[path, kind (d/f/l/o), size of files, mode, uid] of everything under the roots, at most ``limit``."""
+        """[path, kind (d/f/l/o), size of files, mode, uid] of everything under the roots.
+
+        Returns (entries, complete): at most ``limit`` entries, and ``complete`` False when the limit or
+        the depth cap cut the listing short (the pool then treats the sandbox as not clean).
+        """
         entries = []
-        for root in self.roots:
-            for dirpath, dirnames, filenames in os.walk(root["path"]):
-                for name in dirnames + filenames:
-                    path = os.path.join(dirpath, name)
+        try:
+            for root in self.roots:
+                for prefix, names, dfd in walk(root["path"], root["path"]):
+                    for name in names:
+                        try:
+                            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                        except OSError:
+                            continue
+                        mode = st.st_mode
+                        kind = "d" if stat.S_ISDIR(mode) else "l" if stat.S_ISLNK(mode) else "f"
+                        kind = kind if kind != "f" or stat.S_ISREG(mode) else "o"
+                        size = st.st_size if kind == "f" else 0
+                        entries.append([prefix + "/" + name, kind, size, stat.S_IMODE(mode), st.st_uid])
+                        if len(entries) > limit:
+                            return entries[:limit], False
+        except FileOpError:
+            return entries[:limit], False
+        return entries, True
+
+
+MAX_DEPTH = 256  # deeper trees are refused by snapshot and listing (a command can nest dirs without end)
+
+
+def walk(top, label):
+    """Yields (label/relative dir, sorted names, dir fd) for every directory under ``top``, top-down.
+
+    Iterative and descriptor-based: never follows a symlink, never recurses in Python, holds at most
+    ``MAX_DEPTH`` descriptors. :class:`FileOpError` past that depth.
+    """
+    stack = [(os.open(top, O_WALK), label, 0)]
+    try:
+        while stack:
+            fd, prefix, depth = stack.pop()
+            try:
+                with os.scandir(fd) as it:
+                    items = sorted((e.name, e.is_dir(follow_symlinks=False)) for e in it)
+                yield prefix, [name for name, _ in items], fd
+                subdirs = [name for name, is_dir in items if is_dir]
+                if subdirs and depth + 1 > MAX_DEPTH:
+                    raise FileOpError("%s: directories nested deeper than %d levels" % (label, MAX_DEPTH))
+                for name in reversed(subdirs):
                     try:
-                        st = os.lstat(path)
+                        stack.append((os.open(name, O_WALK, dir_fd=fd), prefix + "/" + name, depth + 1))
                     except OSError:
-                        continue
-                    mode = st.st_mode
-                    kind = (
-                        "d" if stat.S_ISDIR(mode) else "l" if stat.S_ISLNK(mode) else "f" if stat.S_ISREG(mode) else "o"
-                    )
-                    entries.append([path, kind, st.st_size if kind == "f" else 0, stat.S_IMODE(mode), st.st_uid])
-                    if len(entries) >= limit:
-                        return entries
-        return entries
+                        continue  # swapped for a non-directory since the listing
+            finally:
+                os.close(fd)
+    finally:
+        for fd, _, _ in stack:
+            os.close(fd)
+
+
+def remove_children(top):
+    """Deletes everything under ``top`` at any depth, iteratively, climbing back with ``..``.
+
+    Only called with every process of the sandbox dead, so nothing can move a directory meanwhile.
+    """
+    fd = os.open(top, O_WALK)
+    names = []  # the path from top to the directory ``fd`` is open on
+    try:
+        while True:
+            subdir = None
+            with os.scandir(fd) as it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False):
+                        subdir = subdir or entry.name
+                    else:
+                        try:
+                            os.unlink(entry.name, dir_fd=fd)
+                        except FileNotFoundError:
+                            pass
+            if subdir is not None:
+                child = os.open(subdir, O_WALK, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                names.append(subdir)
+                continue
+            if not names:
+                return
+            parent = os.open("..", O_WALK, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _info(name, st):

@@ -334,13 +334,12 @@ class Agent:
 
         The warm pool's hygiene check after a reset: one round trip instead of a ``find`` exec.
         """
-        limit = int(req.get("max_entries", 10000))
-        entries = self.trees.listing(limit + 1)
+        entries, complete = self.trees.listing(int(req.get("max_entries", 10000)))
         entries.sort()
         return {
             "ok": True,
-            "entries": entries[:limit],
-            "truncated": len(entries) > limit,
+            "entries": entries,
+            "truncated": not complete,
             "ipc": ipc.objects(),
             "processes": len(_process_table(self.pid)),
         }, []
@@ -350,7 +349,10 @@ class Agent:
         return {"ok": True}, []
 
     def op_snapshot(self, req, blobs):
-        return {"ok": True}, [self.trees.snapshot()]
+        try:
+            return {"ok": True}, [self.trees.snapshot()]
+        except (OSError, FileOpError) as exc:  # what the commands made of their files, not a broken agent
+            return {"error": "file", "message": "snapshot: %s" % exc}, []
 
     def op_restore(self, req, blobs):
         """Kills every process, empties the writable dirs and the IPC namespace, unpacks the snapshot."""

@@ -145,3 +145,20 @@ def test_filling_every_mount_to_its_caps_leaves_the_agent_serving(hostile):
     assert not r.oom_killed and r.stdout_text.split()[1::2] == ["28", "28", "28"], r
     assert hostile.exec("echo alive").stdout == b"alive\n"
     assert hostile.ping()["pid"] == 1
+
+
+def test_endlessly_nested_directories_are_refused_not_an_agent_crash(backend):
+    """A chain of 5,000 directories: snapshot refuses it as a file error, a pool reset still clears it."""
+    from sandbox import Host, SandboxFileError, WarmPool
+
+    nest = "python3 -c \"import os\nfor i in range(5000):\n    os.mkdir('d'); os.chdir('d')\""
+    with WarmPool(Host(backend, capacity=1)) as pool:
+        with pool.lease(SPEC) as sb:
+            first = sb.id
+            assert sb.exec(nest, timeout=60).exit_code == 0
+            with pytest.raises(SandboxFileError, match="nested deeper"):
+                sb.snapshot()
+            assert sb.probe()["truncated"] is True
+        with pool.lease(SPEC) as sb:
+            assert sb.id == first and sb.probe()["entries"] == []
+        assert pool.stats()["sandbox/pool_reset_failures"] == 0
