@@ -51,11 +51,32 @@ def _process_table(me):
     return table
 
 
+def _stopped(pid):
+    """True if ``pid`` is stopped (state T) or gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+        return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"T", b"t")
+    except (OSError, ValueError):
+        return True
+
+
+def _signal_all(pids, sig):
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
 def _start_as(uid, gid, cwd):
-    """In the child before exec: raise its OOM score, become ``uid``, enter ``cwd`` as that uid.
+    """In the child before exec: raise its OOM score, lower its priority, become ``uid``, enter ``cwd``.
 
     The OOM score is set first, while the child may still write its own ``/proc`` files, so a fork
-    bomb cannot fork at the old score; the uid comes next and every capability goes with it.
+    bomb cannot fork at the old score. ``SCHED_IDLE`` costs commands nothing (the sandbox's cgroup is
+    its own scheduling group, where the agent idles) but keeps the agent answering when they spin on
+    every CPU they have: a starved agent would turn the model's doing into a host timeout, an anomaly.
+    The uid comes last and every capability goes with it.
     """
 
     def start():
@@ -64,6 +85,7 @@ def _start_as(uid, gid, cwd):
                 f.write("1000")
         except OSError:
             pass
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         confinement.drop_to(uid, gid)
         os.chdir(cwd)
 
@@ -108,23 +130,29 @@ class Agent:
                 self.exited[pid] = status
 
     def kill_new(self, before):
-        """SIGKILLs every process not in ``before``: freeze first so nothing forks meanwhile."""
+        """SIGKILLs every process not in ``before``; the ones in it (services started earlier) survive.
+
+        The whole sandbox is frozen meanwhile: the victims are the only processes left runnable, so
+        they die at once even when hundreds of older processes spin on the sandbox's CPU share (a
+        killed process must run to exit). Processes that were already stopped stay stopped.
+        """
         if not before:
             self.kill_all()
             return
-        for _ in range(200):
-            new = [p for p, t in _process_table(self.pid).items() if before.get(p) != t]
-            if not new:
-                return
-            for sig in (signal.SIGSTOP, signal.SIGKILL):
-                for pid in new:
-                    try:
-                        os.kill(pid, sig)
-                    except ProcessLookupError:
-                        pass
-            time.sleep(0.002)
-            self.reap()
-        self.kill_all()  # did not converge (a fork storm): take everything down
+        frozen = [p for p, t in _process_table(self.pid).items() if before.get(p) == t and not _stopped(p)]
+        _signal_all(frozen, signal.SIGSTOP)
+        try:
+            for _ in range(200):
+                new = [p for p, t in _process_table(self.pid).items() if before.get(p) != t]
+                if not new:
+                    return
+                for sig in (signal.SIGSTOP, signal.SIGKILL):
+                    _signal_all(new, sig)
+                time.sleep(0.002)
+                self.reap()
+            self.kill_all()  # did not converge (a fork storm): take everything down
+        finally:
+            _signal_all(frozen, signal.SIGCONT)
 
     def kill_all(self):
         """kill(-1) from PID 1 is atomic against fork and spares only the agent."""

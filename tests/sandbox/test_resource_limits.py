@@ -162,3 +162,21 @@ def test_endlessly_nested_directories_are_refused_not_an_agent_crash(backend):
         with pool.lease(SPEC) as sb:
             assert sb.id == first and sb.probe()["entries"] == []
         assert pool.stats()["sandbox/pool_reset_failures"] == 0
+
+
+def test_spinning_processes_cannot_turn_a_timeout_into_an_infrastructure_error(hostile):
+    """100 busy loops left running: a later command's timeout still comes back as a result, promptly.
+
+    Commands run under SCHED_IDLE and the agent freezes the sandbox while it kills a timed-out
+    command, so neither its answer nor the victim's death waits on the spinners' CPU share.
+    """
+    spin = 'python3 -c "import os\nfor i in range(100):\n    if os.fork() == 0:\n        while True: pass"'
+    assert hostile.exec(spin, timeout=60).exit_code == 0
+    t = time.monotonic()
+    r = hostile.exec("sleep 100", timeout=1)
+    assert r.timed_out and time.monotonic() - t < 6
+    assert hostile.ping()["processes"] >= 100  # the spinners were older: they survive the timeout
+    policy = hostile.exec("python3 -c 'import os; print(os.sched_getscheduler(0) == os.SCHED_IDLE)'", timeout=30)
+    assert policy.stdout == b"True\n"
+    hostile.kill_all()
+    assert only_agent_left(hostile)
