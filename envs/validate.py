@@ -8,10 +8,16 @@ For every task, on a real sandbox and through the task's own environment:
 * the oracle is unreachable: neither the task's own prompt and files
   (:func:`envs.leaks.static_leaks`) nor anything in the fresh sandbox (git
   objects, stray files, process environments: :func:`envs.leaks.probe_oracle`)
-  reveals the gold solution or the hidden tests;
+  reveals the gold solution or the hidden tests — nor, while the no-op runs and
+  is verified and after it (:func:`envs.leaks.play_watched`), anything a
+  process of the agent's uid can read;
 * the gold solution, replayed as agent actions, passes — every repeat;
 * a no-op (submit at once, or an empty answer) fails — every repeat;
-* no verification is an anomaly (that would be the harness failing).
+* no verification is an anomaly (that would be the harness failing);
+* function-test tasks (HumanEval, MBPP) carry recorded calls: a task whose
+  checks cannot be turned into data is named with the reason. The loaders
+  leave such tasks out (so they never train, and are listed as *excluded*,
+  not unsound); one handed over without its calls is unsound.
 
 Across the given sets, eval/test tasks must not (near-)duplicate train tasks
 (:func:`envs.leaks.find_split_leaks`). The JSON report lists every task's
@@ -31,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from envs.core import AgentEnv, env_for_domain
-from envs.leaks import find_split_leaks, probe_oracle, static_leaks, summarise_leaks
+from envs.leaks import find_split_leaks, play_watched, probe_oracle, static_leaks, summarise_leaks
+from envs.loaders import unconvertible_tasks
 from envs.sandboxes import ReusedSandboxes
 from envs.tasks import Task, TaskSource, load_tasks
 
@@ -74,6 +81,13 @@ def validate_task(env: AgentEnv, task: Task, *, repeats: int = 2, probe: bool = 
         report.problems.append(f"environment does not build: {type(exc).__name__}: {exc}")
         return report
     report.problems += [f"oracle visible: {finding}" for finding in static_leaks(task)]
+    if task.domain == "function" and not task.hidden.get("calls"):
+        why = (
+            task.hidden.get("unconvertible") or "no recorded calls (hidden.calls); load it with a function-test loader"
+        )
+        report.problems.append(f"checks cannot be turned into data: {why}")
+        report.seconds = time.monotonic() - start
+        return report
     if probe:
         report.oracle = probe_oracle(env.sandbox, task)
         report.problems += [f"oracle reachable: {finding}" for finding in report.oracle]
@@ -81,7 +95,11 @@ def validate_task(env: AgentEnv, task: Task, *, repeats: int = 2, probe: bool = 
         results = getattr(report, kind)
         for _ in range(repeats):
             try:
-                verification = play(env, task, actions)
+                if probe and kind == "noop":  # watched: hidden material must stay out of reach during and after
+                    verification, findings = play_watched(env, task, actions)
+                    report.problems += [f"oracle reachable: {finding}" for finding in findings]
+                else:
+                    verification = play(env, task, actions)
             except Exception as exc:  # noqa: BLE001
                 report.problems.append(f"{kind} run crashed: {type(exc).__name__}: {exc}")
                 break
@@ -145,16 +163,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 1:
         parser.error("--repeats must be >= 1")
     tasks: list[Task] = []
+    excluded: dict[str, str] = {}
     for spec in args.tasks:
         source = load_tasks(spec, split=args.split)
         tasks += list(source)[: args.limit] if args.limit else list(source)
+        excluded.update(unconvertible_tasks(spec))
+    for task_id, why in sorted(excluded.items()):
+        print(f"[validate] excluded {task_id}: its checks cannot be turned into data: {why}")
     start = time.monotonic()
     print(f"[validate] {len(tasks)} tasks from {', '.join(args.tasks)} on {args.backend}, {args.repeats} repeats")
     reports, leaks = validate(tasks, backend=args.backend, repeats=args.repeats, probe=not args.no_probe)
     bad = [r for r in reports if not r.ok]
     print(f"[validate] split leaks: {summarise_leaks(leaks)}")
     print(
-        f"[validate] {len(reports) - len(bad)}/{len(reports)} tasks sound, {len(leaks)} leaks, {time.monotonic() - start:.1f}s"
+        f"[validate] {len(reports) - len(bad)}/{len(reports)} tasks sound, {len(leaks)} leaks, "
+        f"{len(excluded)} excluded (checks not convertible to data), {time.monotonic() - start:.1f}s"
     )
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             "leaks": [leak.to_dict() for leak in leaks],
             "sound": len(reports) - len(bad),
             "total": len(reports),
+            "excluded": excluded,
         }
         args.report.write_text(json.dumps(payload, indent=1))
         print(f"[validate] report written to {args.report}")

@@ -48,7 +48,10 @@ class RepoRepairEnv(AgentEnv):
     """Fix a small repository until its (hidden) test suite passes.
 
     The workspace is a git repository with one squashed commit, so history
-    never holds the fix; hidden tests are copied in only after ``submit``.
+    never holds the fix. The hidden tests enter the sandbox only after
+    ``submit``, and only where the code under test cannot reach them: they run
+    in a judge process under another uid, with the repository behind a
+    plain-data proxy (``hidden_tests``, :mod:`envs.verifiers.split_judge`).
     """
 
     domain = "repair"

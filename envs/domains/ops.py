@@ -7,6 +7,7 @@ from typing import ClassVar
 from envs.core import AgentEnv, register_domain
 from envs.parsing import format_tool_call
 from envs.tasks import DATA_DIR, Task, TaskError
+from envs.verifiers.state_rules import cron_resets, keeps_services
 from sandbox import Sandbox, SandboxSpec
 
 
@@ -16,6 +17,13 @@ class ShellOpsEnv(AgentEnv):
 
     ``task.metadata["setup"]`` is a bash script run at reset (ownership of
     modes, timestamps, fixtures) after ``task.files`` are written.
+    ``task.metadata["keep_services"]`` (bool, default false) says the agent's
+    processes must survive its turn because a check probes a service it started;
+    otherwise every process is killed before the state is checked (see
+    :mod:`envs.verifiers.state`); ``task.metadata["reset_before_cron"]`` lists
+    the paths a crontab job works on, reset before the checker runs the job. Both
+    are validated at reset, so a task that gets them wrong fails to build instead
+    of failing every episode.
     """
 
     domain = "shell"
@@ -26,10 +34,16 @@ class ShellOpsEnv(AgentEnv):
     system_prompt = (
         "You are a Linux system administrator working in a sandbox (Debian, no network; you are the unprivileged "
         "user `sandbox`, uid 1000; only /workspace and /tmp are writable). Use the tools to carry out the task, then call `submit`. "
-        "The final state of the sandbox is checked, including any service you leave running."
+        "The final state of the sandbox is checked. Processes you leave running are stopped first, unless the task "
+        "asks you to leave a service running: then that service is checked too."
     )
 
     def setup_sandbox(self, sandbox: Sandbox, task: Task) -> None:
+        try:
+            keeps_services(task.id, task.metadata, task.hidden.get("checks"))
+            cron_resets(task.id, task.metadata, task.hidden.get("checks"))
+        except ValueError as exc:
+            raise TaskError(str(exc)) from None
         super().setup_sandbox(sandbox, task)
         script = task.metadata.get("setup")
         if script:

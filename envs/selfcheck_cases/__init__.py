@@ -17,7 +17,7 @@ as a failure:
 """
 
 from envs.selfcheck_cases.common import MATH_SAMPLES, SUBMIT, Case, bash, gold_and_noop_cases, write
-from envs.selfcheck_cases.functions import function_cases
+from envs.selfcheck_cases.functions import function_cases, function_controls
 from envs.selfcheck_cases.repair import (
     ALWAYS_EQUAL,
     BUGGY,
@@ -43,6 +43,7 @@ __all__ = [
     "Case",
     "bash",
     "function_cases",
+    "function_controls",
     "gold_and_noop_cases",
     "pipeline_cases",
     "repair_cases",

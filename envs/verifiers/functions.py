@@ -1,29 +1,45 @@
-"""``function_tests``: HumanEval-format function completion, checked in batches inside the sandbox.
+"""``function_tests``: HumanEval-format function completion, judged on data the candidate cannot reach.
 
 A task carries the function's prompt (``metadata.code_prompt``: signature and
-docstring), its ``entry_point`` and the hidden ``check(candidate)`` test
-(``hidden.test``). The model's reply is a completion: the body that continues
-the prompt, or a whole ``def`` of the entry point, optionally in a fenced code
-block. :func:`run_function_tests` sends any number of problems to the trusted
-driver (``envs/data/harness/function_driver.py``) in one sandbox command; see
-its docstring for how early exits, patched builtins and always-equal objects
-are caught.
+docstring), its ``entry_point``, and its checks *as recorded calls*
+(``hidden.calls``: arguments and a check over the result, recorded once with
+the reference solution: :mod:`envs.verifiers.function_records`). The model's
+reply is a completion: the body that continues the prompt, or a whole ``def``
+of the entry point, optionally in a fenced code block.
+
+Verification is one command in the episode's sandbox and a comparison on the
+host. After ``kill_all`` (nothing the agent started survives to answer for the
+candidate), the candidate program runs as the command uid in its own process
+under the stdlib driver (``envs/data/harness/function_driver.py``), which is
+given the recorded *arguments only* and prints each result as tagged JSON of
+exact builtin types. The host decodes that report (size- and depth-capped)
+into fresh builtin values and evaluates each recorded check on them. No test,
+expected value, nonce or key exists anywhere the candidate runs, so there is
+nothing to read from disk, frames or /proc, and nothing to sign: a forged
+report can only claim results, and a claimed result is compared like any
+other. A crash, a timeout, a malformed or incomplete report, a value that is
+not plain data, or one failed check scores 0; none is an anomaly. A task whose
+checks could not be recorded is never graded another way: it is an anomaly
+(the loaders exclude such tasks by default).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import dataclasses
+import functools
 import json
 import re
-import secrets
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from envs.verifiers.base import Verification, Verifier, VerifyContext, register_verifier
-from envs.verifiers.harness import HARNESS_DIR, MAX_REPORT_BYTES
-from sandbox import SandboxFileError
+from envs.verifiers.function_values import CheckError, DecodeError, decode, describe, evaluate
 
+DRIVER = Path(__file__).resolve().parent.parent / "data" / "harness" / "function_driver.py"
+# The report's own cap, whatever the sandbox's output cap: recording replays the reference under the
+# same limit, so a task whose correct results would not fit is refused then, not failed in every episode.
+MAX_REPORT_BYTES = 1 << 20
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
@@ -40,80 +56,153 @@ def build_program(prompt: str, completion: str, entry_point: str) -> str:
     return prompt + completion
 
 
+@functools.cache
+def driver_source() -> str:
+    return DRIVER.read_text()
+
+
+@dataclasses.dataclass(frozen=True)
+class FunctionRun:
+    """The host's verdict on one candidate: ``result`` is ``"passed"`` or ``"failed: <why>"``."""
+
+    passed: bool
+    result: str
+    checked: int
+    total: int
+
+    def details(self) -> dict[str, Any]:
+        return {"result": self.result, "checked": self.checked, "calls": self.total}
+
+
 def run_function_tests(
-    sandbox: Any, problems: Sequence[Mapping[str, str]], *, timeout_s: float = 10.0, workers: int = 2
-) -> dict[str, str]:
-    """Runs each problem (``id``, ``prompt``, ``program``, ``test``, ``entry_point``); returns id -> result.
-
-    A result is ``"passed"``, ``"timed out"`` or ``"failed: <why>"``. Problems
-    without a result (the driver was killed by a candidate) count as failed.
-    """
-    ids = [p["id"] for p in problems]
-    if len(set(ids)) != len(ids):
-        raise ValueError("run_function_tests(problems=): problem ids must be unique")
-    sandbox.kill_all()
-    root = f"/tmp/.agentrl-fn-{secrets.token_hex(12)}"
-    results_path = f"{root}/results-{secrets.token_hex(8)}.json"
-    sandbox.write_files(
-        {
-            f"{root}/problems.json": json.dumps([dict(p) for p in problems]),
-            f"{root}/function_driver.py": (HARNESS_DIR / "function_driver.py").read_text(),
-        }
-    )
-    key = secrets.token_bytes(32)
-    budget = timeout_s * (len(problems) / max(workers, 1) + 2) + 30
-    sandbox.exec(
-        [
-            "python3",
-            "-I",
-            "-B",
-            f"{root}/function_driver.py",
-            f"{root}/problems.json",
-            results_path,
-            str(workers),
-            str(timeout_s),
-        ],
-        stdin=key,
-        timeout=budget,
-    )
-    sandbox.kill_all()
-    results = {pid: "failed: no result (the driver did not finish)" for pid in ids}
-    try:
-        envelope = json.loads(sandbox.read_file(results_path, max_bytes=MAX_REPORT_BYTES))
-        body = envelope["body"]
-        mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
-        if hmac.compare_digest(mac, str(envelope["mac"])):
-            results.update({k: v for k, v in json.loads(body).items() if k in results})
-        else:
-            results = {pid: "failed: the results were forged" for pid in ids}
-    except (SandboxFileError, ValueError, KeyError, TypeError):
-        pass
-    return results
-
-
-def problem_from_task(task: Any, completion: str) -> dict[str, str]:
-    """The driver's view of a function-completion task and a completion for it."""
-    meta = task.metadata
-    return {
-        "id": task.id,
-        "prompt": meta["code_prompt"],
-        "program": build_program(meta["code_prompt"], completion, meta["entry_point"]),
-        "test": task.hidden["test"],
-        "entry_point": meta["entry_point"],
+    sandbox: Any,
+    program: str,
+    entry_point: str,
+    calls: Sequence[Mapping[str, Any]],
+    *,
+    call_timeout_s: float = 5.0,
+    timeout_s: float = 30.0,
+) -> FunctionRun:
+    """Runs ``program`` on the recorded ``calls`` in ``sandbox`` (as the command uid) and judges it on the host."""
+    if not calls:
+        raise ValueError("run_function_tests(calls=): no recorded calls; a task without them cannot be judged")
+    request = {
+        "program": program,
+        "entry_point": entry_point,
+        "calls": [[call["args"], call["kwargs"]] for call in calls],
+        "call_timeout_s": float(call_timeout_s),
     }
+    sandbox.kill_all()
+    result = sandbox.exec(
+        ["python3", "-I", "-S", "-B", "-c", driver_source()],
+        stdin=json.dumps(request),
+        timeout=timeout_s,
+        user="sandbox",
+    )
+    sandbox.kill_all()
+    return judge_report(calls, result.stdout, truncated=result.truncated, timed_out=result.timed_out)
+
+
+def judge_report(
+    calls: Sequence[Mapping[str, Any]], stdout: bytes, *, truncated: bool = False, timed_out: bool = False
+) -> FunctionRun:
+    """Compares the driver's report with the recorded checks: every call, in order, nothing else."""
+    total = len(calls)
+
+    def fail(why: str, checked: int = 0) -> FunctionRun:
+        return FunctionRun(False, f"failed: {why}", checked, total)
+
+    if truncated or len(stdout) > MAX_REPORT_BYTES:
+        return fail("the report exceeds the output cap")
+    lines = stdout.split(b"\n")
+    if lines[-1] != b"":
+        return fail("the report is incomplete (the program did not finish)" if not timed_out else "timed out")
+    events = []
+    for line in lines[:-1]:
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            event = None
+        if type(event) is not list or not event:
+            return fail("the report is malformed (a line is not a JSON event)")
+        events.append(event)
+    if not events or events[0] != ["loaded"]:
+        if events and events[0][0] == "load_error" and len(events[0]) == 3:
+            return fail(f"the program did not load: {str(events[0][1])[:80]}: {str(events[0][2])[:200]}")
+        return fail("the report is malformed (no load event)")
+    for i, call in enumerate(calls):
+        if i + 1 >= len(events):
+            return fail("timed out" if timed_out else f"no result for call {i} (the program exited early)", i)
+        event = events[i + 1]
+        if event[0] != i or type(event[0]) is not int or len(event) < 2:
+            return fail(f"the report is malformed (expected call {i})", i)
+        if event[1] != "ok" or len(event) != 3:
+            return fail(f"call {i} (line {call.get('line')}): {_describe_event(event)}", i)
+        try:
+            value = decode(event[2])
+        except DecodeError as exc:
+            return fail(f"call {i}: the result is not plain data ({exc})", i)
+        try:
+            holds = evaluate(call["check"], value)
+        except CheckError as exc:  # a corrupted record: the harness's fault, not the model's
+            raise RuntimeError(f"recorded check of call {i} is malformed: {exc}") from exc
+        if not holds:
+            return fail(
+                f"call {i} (line {call.get('line')}): {describe(call['check'])} is false for R = {_short(value)}", i
+            )
+    if len(events) != total + 1:
+        return fail("the report is malformed (more events than calls)", total)
+    if timed_out:
+        return fail("timed out", total)
+    return FunctionRun(True, "passed", total, total)
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int past the 4300-digit repr limit
+        return f"<{type(value).__name__} too long to show>"
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _describe_event(event: list) -> str:
+    kind = event[1]
+    if kind == "raise" and len(event) == 4:
+        return f"raised {str(event[2])[:80]}: {str(event[3])[:200]}"
+    if kind == "timeout":
+        return "timed out"
+    if kind == "unencodable" and len(event) == 3:
+        return f"returned a value that is not plain data ({str(event[2])[:200]})"
+    return "the report is malformed"
+
+
+def program_for(task: Any, completion: str) -> str:
+    """The candidate program for a function-completion task and a completion of it."""
+    meta = task.metadata
+    return build_program(meta["code_prompt"], completion, meta["entry_point"])
 
 
 @register_verifier("function_tests")
 class FunctionTestsVerifier(Verifier):
-    """1.0 if the completion passes the hidden ``check``, else 0.0."""
+    """1.0 if the completion satisfies every recorded check of the task, else 0.0."""
 
     role = "outcome"
-    OPTIONS = {"timeout_s": 10.0}
+    OPTIONS = {"call_timeout_s": 5.0, "timeout_s": 30.0}
 
     def check(self, ctx: VerifyContext) -> Verification:
+        calls = ctx.task.hidden.get("calls")
+        if not calls:
+            why = ctx.task.hidden.get("unconvertible") or "the task carries no recorded calls (hidden.calls)"
+            return Verification.anomalous(f"unconvertible_task: {why}", verifier=self.name)
         completion = extract_code(ctx.answer or "")
         if not completion.strip():
             return self.result(0.0, details={"result": "failed: empty completion"})
-        problem = problem_from_task(ctx.task, completion)
-        result = run_function_tests(ctx.sandbox, [problem], timeout_s=self.options["timeout_s"], workers=1)[ctx.task.id]
-        return self.result(float(result == "passed"), details={"result": result})
+        run = run_function_tests(
+            ctx.sandbox,
+            program_for(ctx.task, completion),
+            ctx.task.metadata["entry_point"],
+            calls,
+            call_timeout_s=self.options["call_timeout_s"],
+            timeout_s=self.options["timeout_s"],
+        )
+        return self.result(1.0 if run.passed else 0.0, details=run.details())

@@ -1,24 +1,40 @@
-"""``hidden_tests``: the outcome of repository tasks, from hidden tests run by the hardened harness.
+"""``hidden_tests``: the outcome of repository tasks, from hidden tests the code under test cannot reach.
 
 The task declares ``hidden.tests`` (path under ``tests/`` -> source),
-``hidden.manifest`` (the sorted pytest node ids those tests must collect) and
-``hidden.fail_to_pass`` (the ids that fail on the original code); the verdict
-comes from :func:`envs.verifiers.harness.run_hidden_tests`. ``passed`` needs
-every test to pass. The score (``scoring`` option):
+``hidden.manifest`` (the sorted pytest node ids those tests collect) and
+``hidden.fail_to_pass`` (the ids that fail on the original code). Verification:
+``kill_all``, workspace hygiene (:func:`~envs.verifiers.harness.restore_workspace`:
+bytecode, ``.pth``/``sitecustomize`` hooks and config files go, visible tests
+are restored), then the tests run in a judge process under its own uid with
+the repository behind a plain-data proxy (:mod:`envs.verifiers.split_judge`).
+The judge never executes the repository's code, so its report is the verdict:
+no nonce, signature or integrity check of the test process is needed, and none
+is kept. A test that the judge did not report (its module failed to import the
+repository, the repository hung or died) counts as failed.
+
+There is no separate pytest "process" signal from the visible tests: one that
+counted without the outcome would pay hacks that game pytest, and one gated on
+the outcome would repeat it. ``passed`` needs every test to pass. The score
+(``scoring`` option):
 
 * ``fail_to_pass`` (default): 0 if any test that passed before now fails (a
   regression), else the share of the fail-to-pass tests that now pass. Doing
   nothing scores 0, whatever share of the suite the original code passes.
 * ``pass_rate``: passed / manifest.  * ``all_or_nothing``: 1 if everything passes.
 
-A rejected run (early exit, tampering, a collected set that differs from the
-manifest) scores 0 under every rule.
+A run without a report (the judge timed out) scores 0 under every rule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from envs.verifiers.base import Verification, Verifier, VerifyContext, register_verifier
-from envs.verifiers.harness import run_hidden_tests
+from envs.verifiers.harness import WorkspaceError, restore_workspace
+from envs.verifiers.split_judge import repository_modules, run_hidden_tests
+
+TEST_TIMEOUT_S = 30.0  # per test (task metadata ``test_timeout_s``); ``timeout_s`` bounds the whole run
 
 
 @register_verifier("hidden_tests")
@@ -36,30 +52,51 @@ class HiddenTestsVerifier(Verifier):
 
     def check(self, ctx: VerifyContext) -> Verification:
         task = ctx.task
-        hidden = task.hidden
-        if "tests" not in hidden or "manifest" not in hidden:
-            raise ValueError(f"task {task.id!r}: hidden_tests needs hidden.tests and hidden.manifest")
+        hidden, meta = task.hidden, task.metadata
+        if not hidden.get("tests") or not hidden.get("manifest"):
+            raise ValueError(f"task {task.id!r}: hidden_tests needs a non-empty hidden.tests and hidden.manifest")
+        manifest = sorted(hidden["manifest"])
+        protected = meta.get("protected", ["tests/*"])
+        details: dict[str, Any] = {"scoring": self.options["scoring"], "total": len(manifest)}
+        ctx.sandbox.kill_all()
+        try:
+            details["removed_from_workspace"] = restore_workspace(ctx.sandbox, task.files, protected)
+        except WorkspaceError as exc:
+            return self.result(0.0, passed=False, details={**details, "passed": 0, "problems": [str(exc)]})
         run = run_hidden_tests(
             ctx.sandbox,
             hidden["tests"],
-            manifest=hidden["manifest"],
-            original_files=task.files,
-            protected=task.metadata.get("protected", ["tests/*"]),
-            import_roots=task.metadata.get("import_roots", ["/workspace"]),
-            timeout_s=float(task.metadata.get("hidden_timeout_s", self.options["timeout_s"])),
+            modules=meta.get("repo_modules") or repository_modules(task.files, protected),
+            import_roots=meta.get("import_roots", ["/workspace"]),
+            timeout_s=float(meta.get("hidden_timeout_s", self.options["timeout_s"])),
+            test_timeout_s=float(meta.get("test_timeout_s", TEST_TIMEOUT_S)),
         )
+        outcomes = {t: run.outcomes.get(t, "not run") for t in manifest}
+        passed_count = sum(1 for o in outcomes.values() if o == "passed")
+        passed = not run.problems and passed_count == len(manifest)
         scoring = self.options["scoring"]
-        fail_to_pass = hidden.get("fail_to_pass")
-        if scoring == "fail_to_pass" and fail_to_pass:
-            score = score_fail_to_pass(run.outcomes, run.manifest, fail_to_pass) if not run.problems else 0.0
+        if run.problems:
+            score = 0.0
+        elif scoring == "fail_to_pass" and hidden.get("fail_to_pass"):
+            score = score_fail_to_pass(outcomes, manifest, hidden["fail_to_pass"])
         elif scoring == "all_or_nothing":
-            score = float(run.all_passed)
+            score = float(passed)
         else:
-            score = run.pass_rate
-        return self.result(score, passed=run.all_passed, details={**run.to_dict(), "scoring": scoring})
+            score = passed_count / len(manifest)
+        details.update(
+            pass_rate=passed_count / len(manifest),
+            passed=passed_count,
+            outcomes=outcomes,
+            problems=run.problems,
+            collect_errors=run.collect_errors,
+            repository_link=run.link,
+            judge_tail=run.judge_tail,
+            repository_tail=run.server_tail,
+        )
+        return self.result(score, passed=passed, details=details)
 
 
-def score_fail_to_pass(outcomes: dict[str, str], manifest: list[str], fail_to_pass: list[str]) -> float:
+def score_fail_to_pass(outcomes: Mapping[str, str], manifest: list[str], fail_to_pass: list[str]) -> float:
     """Share of ``fail_to_pass`` now passing, or 0 if any previously passing test regressed."""
     targets = set(fail_to_pass)
     if any(outcomes.get(t) != "passed" for t in manifest if t not in targets):

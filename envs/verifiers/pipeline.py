@@ -1,13 +1,30 @@
 """``pipeline_output``: the outcome of data-pipeline tasks, by rerunning the agent's config on hidden data.
 
-The agent edits a pipeline config (``task.metadata["config_path"]``). Grading
-copies that config, a pristine runner and one dataset at a time into a fresh
-directory and runs it there, so nothing the agent changed besides the config
-(the runner, the input CSVs, a visible ``expected.csv``) can play a part.
-``task.hidden["datasets"]`` holds the visible dataset and unseen variants with
-the same schema, each with the rows the gold config produces on it: a config
-that special-cases the visible rows fails the variants. The score is the share
-of datasets reproduced exactly (header, order, formatting).
+The agent edits a pipeline config (``task.metadata["config_path"]``). Grading:
+
+1. ``kill_all``: no process of the agent survives to watch the hidden data
+   arrive, swap the runner or rewrite the output.
+2. The config is read on the host (never through a symlink).
+3. For each dataset of ``task.hidden["datasets"]`` (the visible one and unseen
+   variants with the same schema), the judge (uid 1001) makes a fresh mode-0700
+   directory; the host writes into it, owned by the judge, the dataset's input
+   files, the config and a pristine runner; the runner runs there as the judge;
+   the host reads its output file and the directory is removed. (/dev/shm
+   stands in for /tmp when the agent filled /tmp.)
+4. The output is compared with the dataset's expected rows *on the host*: the
+   expected outputs never enter the sandbox, and the hidden inputs exist in it
+   only inside the judge's directory, after the agent's last process is gone.
+
+The runner (``envs/data/pipeline_runner.py``) never evaluates the config as
+code: YAML through ``yaml.safe_load``, ``derive`` expressions through a
+whitelist of arithmetic AST nodes, paths confined to ``data/`` and ``out/``.
+That is why it may run as the judge; a config that hangs it or exhausts its
+memory only fails (a timeout, an exit status). So nothing the agent changed
+besides the config (the runner, the input CSVs, a visible ``expected.csv``)
+plays a part, and a config that special-cases the visible rows fails the
+variants. The score is the share of datasets reproduced exactly (header, order,
+formatting). Full staging mounts (the agent's doing) fail the datasets they
+block; only :class:`sandbox.SandboxInfraError` makes an anomaly.
 """
 
 from __future__ import annotations
@@ -23,6 +40,7 @@ from envs.verifiers.harness import MAX_REPORT_BYTES
 from sandbox import SandboxFileError
 
 RUNNER = DATA_DIR / "pipeline_runner.py"
+STAGING_PARENTS = ("/tmp", "/dev/shm")
 
 
 def rows(text: str) -> list[list[str]]:
@@ -37,19 +55,48 @@ def first_difference(expected: str, actual: str) -> str:
     return f"expected {len(want)} rows, got {len(got)}"
 
 
+def stage(sandbox: Any, files: dict[str, str | bytes]) -> tuple[str | None, str]:
+    """Writes ``files`` into a fresh mode-0700 directory of the judge; (its path, or None; why not).
+
+    /tmp first, /dev/shm if /tmp is full (each is a mount of its own): an agent that filled one
+    still gets its config graded.
+    """
+    problems = []
+    for parent in STAGING_PARENTS:
+        root = f"{parent}/.agentrl-pipe-{secrets.token_hex(12)}"
+        made = sandbox.exec(["mkdir", "-m", "700", root], user="judge", cwd="/", timeout=30)
+        if not made.ok:
+            problems.append(f"{parent}: {made.stderr_text.strip()[-200:]}")
+            continue
+        try:
+            sandbox.write_files({f"{root}/{path}": content for path, content in files.items()}, user="judge")
+            return root, ""
+        except SandboxFileError as exc:
+            problems.append(f"{parent}: {exc}")
+            sandbox.exec(["rm", "-rf", "--", root], user="judge", cwd="/", timeout=30)
+    return None, "cannot stage the dataset: " + "; ".join(problems)
+
+
 def run_pipeline(
-    sandbox: Any, config_name: str, config: bytes, files: dict[str, str], output: str
+    sandbox: Any, config_name: str, config: bytes, files: dict[str, str], output: str, *, timeout_s: float = 30.0
 ) -> tuple[str | None, str]:
-    """Runs the pristine runner on ``config`` over ``files`` in a fresh dir; returns (output text, log)."""
-    root = f"/tmp/.agentrl-pipe-{secrets.token_hex(12)}"
-    sandbox.write_files({f"{root}/{path}": content for path, content in files.items()})
-    sandbox.write_files({f"{root}/{config_name}": config, f"{root}/runner.py": RUNNER.read_text()})
-    result = sandbox.exec(["python3", "-I", "-B", f"{root}/runner.py", f"{root}/{config_name}"], cwd=root, timeout=60)
-    log = (result.stdout_text + result.stderr_text)[-500:]
+    """Runs the pristine runner on ``config`` over ``files`` as the judge, in a fresh private directory.
+
+    Returns (the output text, or None if there is none; the runner's log).
+    """
+    root, problem = stage(sandbox, {**files, config_name: config, "runner.py": RUNNER.read_text()})
+    if root is None:
+        return None, problem
     try:
-        return sandbox.read_file(f"{root}/{output}", max_bytes=MAX_REPORT_BYTES).decode("utf-8", "replace"), log
-    except SandboxFileError:
-        return None, log
+        argv = ["python3", "-I", "-B", f"{root}/runner.py", f"{root}/{config_name}"]
+        result = sandbox.exec(argv, cwd=root, timeout=timeout_s, user="judge")
+        log = ("timed out; " if result.timed_out else "") + (result.stdout_text + result.stderr_text)[-500:]
+        try:
+            return sandbox.read_file(f"{root}/{output}", max_bytes=MAX_REPORT_BYTES).decode("utf-8", "replace"), log
+        except SandboxFileError:
+            return None, log
+    finally:
+        sandbox.exec(["rm", "-rf", "--", root], user="judge", cwd="/", timeout=30)
 
 
 @register_verifier("pipeline_output")
@@ -57,6 +104,7 @@ class PipelineOutputVerifier(Verifier):
     """Share of hidden datasets on which the agent's config reproduces the expected output."""
 
     role = "outcome"
+    OPTIONS = {"timeout_s": 30.0}
 
     def check(self, ctx: VerifyContext) -> Verification:
         task = ctx.task
@@ -64,11 +112,13 @@ class PipelineOutputVerifier(Verifier):
         ctx.sandbox.kill_all()
         try:
             config = ctx.sandbox.read_file(config_path, max_bytes=1 << 20)
-        except SandboxFileError:
-            return self.result(0.0, details={"error": f"{config_path} is missing"})
+        except SandboxFileError as exc:
+            return self.result(0.0, details={"error": f"{config_path} cannot be read: {exc}"})
         results = []
         for dataset in task.hidden["datasets"]:
-            text, log = run_pipeline(ctx.sandbox, config_path, config, dataset["files"], output)
+            text, log = run_pipeline(
+                ctx.sandbox, config_path, config, dataset["files"], output, timeout_s=self.options["timeout_s"]
+            )
             ok = text is not None and rows(text) == rows(dataset["expected"])
             why = "ok" if ok else (f"no output: {log}" if text is None else first_difference(dataset["expected"], text))
             results.append({"dataset": dataset["name"], "ok": ok, "detail": why})

@@ -1,10 +1,26 @@
-"""Split-leak detection and the oracle-reachability probe on real sandboxes."""
+"""Split-leak detection and the oracle-reachability probes (before, during and after a turn) on real sandboxes."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import secrets
+import time
 
-from envs.leaks import find_split_leaks, jaccard, minhash, normalise, probe_oracle, secret_lines, shingles
+import pytest
+
+from envs.leak_probes import needle_spec
+from envs.leaks import (
+    find_split_leaks,
+    jaccard,
+    minhash,
+    normalise,
+    play_watched,
+    probe_oracle,
+    secret_lines,
+    shingles,
+    watch_oracle,
+)
 from envs.tasks import Task, load_tasks
 from tests.envs.conftest import make_env
 
@@ -68,7 +84,7 @@ def test_probe_finds_planted_leaks(pool):
     env.reset(options={"task": task})
     hidden = task.hidden["tests"]["test_temperature.py"]
     env.sandbox.write_files({"/tmp/cache/t.py": hidden})
-    env.sandbox.exec("nohup env LEAK='assert f_to_c(32) == 0' sleep 30 >/dev/null 2>&1 &", timeout=10)
+    env.sandbox.exec("nohup env LEAK='assert f_to_c(32) == 0' sleep 30 >/dev/null 2>&1 &\nsleep 0.3", timeout=10)
     findings = probe_oracle(env.sandbox, task)
     assert any("/tmp/cache/t.py" in f for f in findings)
     assert any("environment of pid" in f for f in findings)
@@ -81,3 +97,76 @@ def test_probe_on_a_task_without_secrets_is_clean(bwrap_pool):
     env.reset(seed=0)
     assert probe_oracle(env.sandbox, task) == []
     env.close()
+
+
+def test_secret_lines_cover_hidden_checks_and_datasets():
+    switch = load_tasks("builtin:shell").get("shell/switch-release")
+    assert 'test "$(readlink -f current)" = /workspace/releases/v1.3.0' in secret_lines(switch)
+    assert not any(line in secret_lines(switch) for line in ("current is a symlink", "releases intact"))  # names
+    pipeline = load_tasks("builtin:pipeline").get("pipeline/revenue-by-product")
+    hidden = pipeline.hidden["datasets"][1]
+    rows = {line for text in [hidden["expected"], *hidden["files"].values()] for line in text.splitlines()}
+    visible = {line for text in pipeline.files.values() for line in text.splitlines()}
+    assert {line for line in rows - visible if len(line) >= 16} <= set(secret_lines(pipeline))
+    assert set(secret_lines(pipeline)) & rows
+    assert hidden["expected"].strip() in secret_lines(pipeline)  # short rows, searched for as a block
+
+
+def test_the_scanner_is_told_hashes_never_the_secrets():
+    task = load_tasks("builtin:shell").get("shell/git-initial-import")
+    lines = secret_lines(task)
+    spec = json.dumps(needle_spec(lines, secrets.token_bytes(16)))
+    assert lines and not any(line[:12] in spec or json.dumps(line)[1:13] in spec for line in lines)
+
+
+def test_a_watcher_sees_what_a_leftover_process_could_read(pool):
+    """A checker of the agent's uid holding its request in a pipe: the exposure the original hack used."""
+    env = make_env("agentrl/ShellOps-v0", pool)
+    task = env.tasks.get("shell/switch-release")
+    env.reset(options={"task": task})
+    watch = watch_oracle(env.sandbox, task)
+    hold = "import os, sys, time; r, w = os.pipe(); os.write(w, sys.stdin.buffer.read()); time.sleep(2)"
+    env.sandbox.exec(["python3", "-c", hold], stdin=json.dumps({"checks": task.hidden["checks"]}), timeout=10)
+    findings = watch.findings()
+    env.close()
+    assert any("readlink -f current" in f and "descriptor" in f for f in findings), findings
+
+
+def test_a_verifier_that_leaves_hidden_data_readable_is_caught(bwrap_pool):
+    env = make_env("agentrl/DataPipeline-v0", bwrap_pool)
+    task = env.tasks.get("pipeline/revenue-by-product")
+    verify = env.verifier.verify
+
+    def careless(ctx):  # stages a hidden dataset where the agent's uid can read it, then grades
+        dataset = task.hidden["datasets"][1]
+        ctx.sandbox.write_files(
+            {"/tmp/stage/in.csv": dataset["files"]["data/orders.csv"], "/tmp/stage/out.csv": dataset["expected"]}
+        )
+        time.sleep(0.5)
+        return verify(ctx)
+
+    env.verifier.verify = careless
+    verification, findings = play_watched(env, task, env.noop_actions(task))
+    env.close()
+    assert verification["anomaly"] is None and not verification["passed"]
+    assert any(f.startswith("during the turn or its verification") and "/tmp/stage" in f for f in findings)
+    assert any(f.startswith("after verification") and "/tmp/stage/in.csv" in f for f in findings), findings
+    assert any(f.startswith("after verification") and "/tmp/stage/out.csv" in f for f in findings), findings
+
+
+@pytest.mark.parametrize(
+    "env_id,task_id",
+    [
+        ("agentrl/ShellOps-v0", "shell/switch-release"),
+        ("agentrl/ShellOps-v0", "shell/cron-backup"),
+        ("agentrl/ShellOps-v0", "shell/static-site-service"),
+        ("agentrl/DataPipeline-v0", "pipeline/revenue-by-product"),
+    ],
+)
+def test_no_hidden_material_is_reachable_during_or_after_a_turn(env_id, task_id, pool):
+    env = make_env(env_id, pool)
+    task = env.tasks.get(task_id)
+    verification, findings = play_watched(env, task, env.noop_actions(task))
+    env.close()
+    assert verification["anomaly"] is None and not verification["passed"]
+    assert findings == []

