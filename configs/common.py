@@ -7,6 +7,7 @@ the loop. Only ``ml_collections`` is imported here (configs name code by string)
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import ml_collections as mlc
@@ -39,7 +40,7 @@ def model(
 
 
 def mesh(data: int = 1, fsdp: int = -1, tensor: int = 1) -> mlc.ConfigDict:
-    """Mesh axis sizes; -1 means "the rest of the devices". Logical→mesh rules live in rl.sharding."""
+    """Mesh axis sizes; -1 means "the rest of the devices". Logical→mesh rules live in rl.models.sharding."""
     return mlc.ConfigDict({"shape": {"data": data, "fsdp": fsdp, "tensor": tensor}})
 
 
@@ -63,6 +64,7 @@ def sandbox(
 def grpo(
     *,
     advantage: str = "grpo",
+    policy_loss: str = "ppo_clip",
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     kl_coef: float = 0.0,
@@ -72,7 +74,12 @@ def grpo(
     epochs: int = 1,
 ) -> mlc.ConfigDict:
     """GRPO and its published variants (Dr. GRPO: ``advantage="dr_grpo", aggregation="constant"``;
-    DAPO: ``clip_high=0.28, dynamic_sampling=True``)."""
+    DAPO: ``clip_high=0.28, dynamic_sampling=True``).
+
+    ``name`` labels the run; what runs is the advantage estimator ``advantage``
+    (``rl.learning.advantages.ESTIMATORS``) and the policy loss ``policy_loss``
+    (``rl.learning.losses.POLICY_LOSSES``).
+    """
     return mlc.ConfigDict(
         {
             "name": "grpo",
@@ -80,6 +87,7 @@ def grpo(
             "dynamic_sampling": dynamic_sampling,
             "epochs": epochs,
             "loss": {
+                "name": policy_loss,
                 "clip_low": clip_low,
                 "clip_high": clip_high,
                 "kl_coef": kl_coef,
@@ -138,6 +146,8 @@ def rollout(
     env_workers: int = 8,
     tool_timeout_s: float = 30.0,
 ) -> mlc.ConfigDict:
+    """How episodes are sampled (``rl.run.rollout.RolloutConfig``). Training samples at temperature 1
+    with no top-p / top-k: the learner's importance ratios use the sampler's unfiltered log-probs."""
     return mlc.ConfigDict(
         {
             "group_size": group_size,
@@ -164,7 +174,11 @@ def sft(
     warmup_steps: int = 10,
     options: dict[str, Any] | None = None,
 ) -> mlc.ConfigDict:
-    """An optional supervised warm start before RL (``steps=0``: none), with its own optimizer schedule."""
+    """An optional supervised warm start before RL (``steps=0``: none), with its own optimizer schedule.
+
+    ``data``: a demonstration source a domain registers (``envs.demonstrations``, e.g. ``"arithmetic"``,
+    built with ``options``) or ``"jsonl:PATH"`` (one conversation per line).
+    """
     return mlc.ConfigDict(
         {
             "steps": steps,
@@ -205,6 +219,34 @@ def loop(
             "pack_sequences": pack_sequences,
         }
     )
+
+
+def variant(arg: str | None, config_file: str, *known: str) -> str | None:
+    """The ``:variant`` of ``--config=configs/X.py:variant``, checked: one of ``known``, or None.
+
+    A misspelt variant would otherwise silently run the full experiment.
+    """
+    if arg in (None, ""):
+        return None
+    if arg not in known:
+        path = f"configs/{Path(config_file).name}"
+        valid = " or ".join(f"{path}:{k}" for k in known)
+        valid = f"{valid}, or {path} alone" if known else f"{path} alone (it has no variants)"
+        raise ValueError(f"--config={path}:{arg}: no variant {arg!r}; use {valid} for the full experiment")
+    return arg
+
+
+def cpu_test(
+    config: mlc.ConfigDict, *, steps: int, max_len: int, num_tasks: int, k: int, **rollout_fields: Any
+) -> mlc.ConfigDict:
+    """Shrinks an experiment to its ``:test`` variant: the tiny byte-level model on CPU, groups of 2
+    episodes of 2 tasks, ``steps`` RL steps with a one-step warmup (a warmup must fit in the steps)."""
+    config.model = model("tiny")
+    config.optimizer.update({"microbatches": 1, "warmup_steps": 1})
+    config.rollout.update({"group_size": 2, "max_new_tokens": 32, "max_context": max_len, **rollout_fields})
+    config.eval.update({"num_tasks": num_tasks, "k": k})
+    config.loop.update({"steps": steps, "tasks_per_step": 2, "max_len": max_len})
+    return config
 
 
 def base(**parts: Any) -> mlc.ConfigDict:

@@ -19,6 +19,7 @@ from configs import common
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
+    arg = common.variant(arg, __file__, "test")
     config = common.base(
         model=common.model("qwen2.5-1.5b", path="/models/Qwen2.5-1.5B-Instruct", tokenizer="", dtype="bfloat16"),
         mesh=common.mesh(data=1, fsdp=-1, tensor=1),
@@ -35,9 +36,5 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     )
     config.rollout.env_kwargs = {"repair": {"verifier": {"outcome": 1.0, "efficiency": 0.1}}}
     if arg == "test":
-        config.model = common.model("tiny")
-        config.optimizer.microbatches = 1
-        config.rollout.update({"group_size": 2, "max_new_tokens": 32, "max_context": 2048, "max_turns": 2})
-        config.eval.update({"num_tasks": 1, "k": 0})
-        config.loop.update({"steps": 1, "tasks_per_step": 2, "max_len": 2048})
+        common.cpu_test(config, steps=1, max_len=2048, num_tasks=1, k=0, max_turns=2)
     return config

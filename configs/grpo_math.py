@@ -17,6 +17,7 @@ from configs import common
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
+    arg = common.variant(arg, __file__, "test")
     config = common.base(
         model=common.model("qwen2.5-0.5b", path="/models/Qwen2.5-0.5B-Instruct", tokenizer="", dtype="bfloat16"),
         tasks={"math": common.pool("builtin:math", split="train")},
@@ -28,9 +29,5 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         loop=common.loop(steps=200, tasks_per_step=16, checkpoint_every=10, max_len=3072),
     )
     if arg == "test":
-        config.model = common.model("tiny")
-        config.optimizer.microbatches = 1
-        config.rollout.update({"group_size": 2, "max_new_tokens": 32, "max_context": 1024, "max_turns": 2})
-        config.eval.update({"num_tasks": 2, "k": 2})
-        config.loop.update({"steps": 2, "tasks_per_step": 2, "max_len": 1024})
+        common.cpu_test(config, steps=2, max_len=1024, num_tasks=2, k=2, max_turns=2)
     return config

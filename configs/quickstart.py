@@ -24,6 +24,7 @@ from configs import common
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
+    arg = common.variant(arg, __file__, "test")
     config = common.base(
         seed=0,
         model=common.model("tiny", num_kv_heads=4),  # 0.46M params; 4 KV heads learn to copy sooner than 2
@@ -43,7 +44,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         ),
         sft=common.sft(
             500,
-            data="arithmetic_demos",
+            data="arithmetic",
             batch_size=64,
             learning_rate=6e-3,
             warmup_steps=10,
@@ -54,9 +55,11 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     )
     if arg == "test":  # a few steps end to end, for tests/rl/test_train.py
         config.sft.steps = 4
+        config.sft.warmup_steps = 2  # a warmup must fit in the phase's steps
         config.sft.batch_size = 8
         config.sft.options = {"num_tasks": 64, "tool_fraction": 0.5}
         config.loop.steps = 3
+        config.optimizer.warmup_steps = 1
         config.loop.tasks_per_step = 2
         config.loop.checkpoint_every = 1
         config.rollout.group_size = 4

@@ -9,9 +9,10 @@ On a machine with the weights on local disk (download them elsewhere, e.g.
 One GPU: the default mesh puts everything on ``fsdp=-1`` (all local devices).
 A TPU v5e-8 or 8 GPUs: ``--config.mesh.shape.fsdp=4 --config.mesh.shape.tensor=2``.
 Multi-host: launch the same command on every host with ``JAX_COORDINATOR_ADDRESS``,
-``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` set (``rl.distributed`` calls
+``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` set (``rl.run.distributed`` calls
 ``jax.distributed.initialize()``); only process 0 writes metrics.
 Sandboxes go to Docker; add more daemons to ``sandbox.hosts``.
+``get_config("test")`` shrinks it to the tiny model on CPU (still in Docker).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from configs import common
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
+    arg = common.variant(arg, __file__, "test")
     config = common.base(
         model=common.model("qwen2.5-0.5b", path="/models/Qwen2.5-0.5B-Instruct", tokenizer="", dtype="bfloat16"),
         mesh=common.mesh(data=1, fsdp=-1, tensor=1),
@@ -42,4 +44,6 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         ),
         loop=common.loop(steps=500, tasks_per_step=32, checkpoint_every=20, max_len=4096, pack_sequences=False),
     )
+    if arg == "test":
+        common.cpu_test(config, steps=1, max_len=1024, num_tasks=2, k=0, max_turns=2)
     return config

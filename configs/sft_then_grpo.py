@@ -18,6 +18,7 @@ from configs import common
 
 
 def get_config(arg: str | None = None) -> mlc.ConfigDict:
+    arg = common.variant(arg, __file__, "test")
     config = common.base(
         model=common.model("qwen2.5-0.5b", path="/models/Qwen2.5-0.5B", tokenizer="", dtype="bfloat16"),
         tasks={
@@ -29,7 +30,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         rollout=common.rollout(group_size=8, max_turns=3, max_new_tokens=256, max_context=2048),
         sft=common.sft(
             500,
-            data="arithmetic_demos",
+            data="arithmetic",
             batch_size=32,
             learning_rate=1e-5,
             options={"num_tasks": 4000, "tool_fraction": 0.5},
@@ -43,10 +44,8 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         loop=common.loop(steps=100, tasks_per_step=16, max_len=2048),
     )
     if arg == "test":
-        config.model = common.model("tiny")
-        config.optimizer.microbatches = 1
-        config.sft.update({"steps": 2, "batch_size": 4, "learning_rate": 1e-3, "options": {"num_tasks": 16}})
-        config.rollout.update({"group_size": 2, "max_new_tokens": 32, "max_context": 1024})
-        config.eval.update({"num_tasks": 2, "k": 0})
-        config.loop.update({"steps": 1, "tasks_per_step": 2, "max_len": 1024})
+        common.cpu_test(config, steps=1, max_len=1024, num_tasks=2, k=0)
+        config.sft.update(
+            {"steps": 2, "batch_size": 4, "learning_rate": 1e-3, "warmup_steps": 1, "options": {"num_tasks": 16}}
+        )
     return config

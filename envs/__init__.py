@@ -1,26 +1,36 @@
 """Gymnasium environments for language-model agents acting in sandboxes, with verifiers and task sets.
 
     import gymnasium as gym
-    import envs  # registers agentrl/Math-v0, CodeCompletion-v0, RepoRepair-v0, ShellOps-v0, DataPipeline-v0
+    import envs  # registers agentrl/Math-v0, CodeCompletion-v0, RepoRepair-v0, ShellOps-v0, DataPipeline-v0, Arithmetic-v0
 
     env = gym.make("agentrl/RepoRepair-v0", backend="bwrap")
     obs, info = env.reset(seed=0)            # info["messages"], info["tools"]
     obs, reward, terminated, truncated, info = env.step(model_reply)
     info["verification"]                     # at the last step
 
-``envs`` imports no JAX, Flax, optax, ``rl`` or ``configs`` (grain, which imports
-JAX, is loaded only by :func:`mixed_tasks`): it runs with any policy, including
-one behind an API. Adding a domain: subclass :class:`AgentEnv`, register a
-:class:`Verifier`, decorate with :func:`register_domain`.
+``envs`` imports no JAX, Flax, optax, grain, ``rl`` or ``configs``, not even
+lazily: it runs with any policy, including one behind an API. Each domain is
+one package under ``envs/domains/`` (its environment, verifiers, loaders,
+self-checks, in-sandbox programs), found and registered at import; adding one
+is a new package there plus its tasks (:mod:`envs.domains`). The task-quality
+tools are in :mod:`envs.quality`; SFT demonstration sources in
+:mod:`envs.demonstrations`.
 """
 
 import envs.domains  # noqa: F401 - registers the shipped domains with gymnasium
-from envs.core import DOMAINS, AgentEnv, env_for_domain, register_domain
+from envs.core import DOMAINS, MIN_TURNS, AgentEnv, env_for_domain, register_domain
 from envs.episode import Episode, ToolCallRecord, approx_tokens
-from envs.parsing import ParsedAction, ToolCall, ToolCallError, format_tool_call, parse_tool_calls
-from envs.sandboxes import FreshSandboxes, ReusedSandboxes
+from envs.parsing import (
+    ParsedAction,
+    ToolCall,
+    ToolCallError,
+    format_tool_call,
+    parse_tool_calls,
+    tool_response_block,
+)
+from envs.sandboxes import FreshSandboxes, WarmPool
 from envs.spaces import UnicodeText
-from envs.tasks import Task, TaskError, TaskSource, load_tasks, mixed_tasks, read_jsonl, write_jsonl
+from envs.tasks import Task, TaskError, TaskSource, load_tasks, read_jsonl, write_jsonl
 from envs.tools import TOOLS, Tool, ToolContext, ToolResult, get_tools, register_tool
 from envs.verifiers import (
     VERIFIERS,
@@ -34,13 +44,13 @@ from envs.verifiers import (
 
 __all__ = [
     "DOMAINS",
+    "MIN_TURNS",
     "TOOLS",
     "VERIFIERS",
     "AgentEnv",
     "Episode",
     "FreshSandboxes",
     "ParsedAction",
-    "ReusedSandboxes",
     "Task",
     "TaskError",
     "TaskSource",
@@ -54,6 +64,7 @@ __all__ = [
     "Verification",
     "Verifier",
     "VerifyContext",
+    "WarmPool",
     "approx_tokens",
     "build_verifier",
     "env_for_domain",
@@ -61,11 +72,11 @@ __all__ = [
     "get_tools",
     "load_tasks",
     "make_verifier",
-    "mixed_tasks",
     "parse_tool_calls",
     "read_jsonl",
     "register_domain",
     "register_tool",
     "register_verifier",
+    "tool_response_block",
     "write_jsonl",
 ]

@@ -5,8 +5,18 @@ One episode::
     obs, info = env.reset(seed=0)                  # a task drawn with the seed, or options={"task": ...}
     # render info["messages"] (system + user) with info["tools"] through a chat template, sample a reply
     obs, reward, terminated, truncated, info = env.step(reply_text)
-    # ... append info["new_messages"] (tool results) and sample again, until terminated or truncated
+    # ... append obs (the tool results, rendered once, here) as the next user turn and sample again,
+    # until terminated or truncated; info["new_messages"] has the same results as chat messages
     info["verification"]                           # the verifier's full breakdown, at the last step
+
+The observation is the single rendering of what came back: ``<tool_response>``
+blocks (:func:`envs.parsing.tool_response_block`) or the corrective message for a
+reply without a tool call. The token budget is the environment's alone: by
+default it is estimated from text, and a caller that holds the exact token ids
+(the RL rollout) passes ``options={"context_length": fn}`` to ``reset``, where
+``fn(observation)`` is the length of its context once ``observation`` is
+appended; the episode ends with ``token_budget`` when that reaches
+``max_episode_tokens``, and is verified like any other truncated episode.
 
 Actions and observations are text (:class:`envs.spaces.UnicodeText`). Tool
 calls are parsed from the reply (:mod:`envs.parsing`); a malformed call comes
@@ -19,15 +29,15 @@ where it is the verifier's reward.
 
 A domain sets class attributes (tools, verifier roles, system prompt, default
 tasks) and may override the hooks :meth:`setup_sandbox`, :meth:`build_messages`,
-:meth:`final_answer`, :meth:`gold_actions`; :func:`register_domain` makes it
-``agentrl/<Name>-v0``.
+:meth:`final_answer`, :meth:`gold_actions`, :meth:`noop_actions`,
+:meth:`ungradable`; :func:`register_domain` makes it ``agentrl/<Name>-v0``.
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -42,6 +52,8 @@ from envs.verifiers import Verification, VerifyContext, build_verifier
 from envs.verifiers.compose import DEFAULT_ROLES
 from sandbox import Backend, Sandbox, SandboxInfraError, SandboxSpec
 
+# An episode needs room for a tool call and the reply that follows its result.
+MIN_TURNS = 2
 MAX_ACTION_CHARS = 1 << 17
 MAX_OBSERVATION_CHARS = 1 << 18
 NO_TOOL_CALL = (
@@ -87,8 +99,8 @@ class AgentEnv(gym.Env[str, str]):
         max_tool_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         render_mode: str | None = None,
     ):
-        if not isinstance(max_turns, int) or max_turns < 2:
-            raise ValueError(f"{type(self).__name__}(max_turns=): expected an int >= 2, got {max_turns!r}")
+        if not isinstance(max_turns, int) or max_turns < MIN_TURNS:
+            raise ValueError(f"{type(self).__name__}(max_turns=): expected an int >= {MIN_TURNS}, got {max_turns!r}")
         if not isinstance(max_episode_tokens, int) or max_episode_tokens < 1:
             raise ValueError(
                 f"{type(self).__name__}(max_episode_tokens=): expected an int >= 1, got {max_episode_tokens!r}"
@@ -126,6 +138,7 @@ class AgentEnv(gym.Env[str, str]):
         self.task: Task | None = None
         self.episode: Episode | None = None
         self._infra_error: SandboxInfraError | None = None
+        self._context_length: Callable[[str], int] | None = None
 
     # -- domain hooks ---------------------------------------------------------------------
     @classmethod
@@ -156,6 +169,10 @@ class AgentEnv(gym.Env[str, str]):
             return [format_tool_call("submit", {})]
         return ["I do not know."]
 
+    def ungradable(self, task: Task) -> str | None:
+        """Why ``task`` cannot be graded as it stands (validation reports it unplayed), or None."""
+        return None
+
     # -- gymnasium API -----------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
@@ -171,6 +188,9 @@ class AgentEnv(gym.Env[str, str]):
                 self._release(sandbox)
                 raise
         self.sandbox, self.task = sandbox, task
+        self._context_length = (options or {}).get("context_length")
+        if self._context_length is not None and not callable(self._context_length):
+            raise TypeError("reset(options['context_length']): expected a callable (observation text -> tokens)")
         messages = self.build_messages(task)
         self.episode = Episode(
             env_id=self.env_id or type(self).__name__,
@@ -199,12 +219,14 @@ class AgentEnv(gym.Env[str, str]):
         if not isinstance(action, str):
             raise TypeError(f"{type(self).__name__}.step(action=): expected str, got {type(action).__name__}")
         episode.turns += 1
-        episode.tokens += self.count_tokens(action)
         episode.messages.append({"role": "assistant", "content": action})
         new_messages, records = self._act(action)
         episode.messages.extend(copy.deepcopy(new_messages))
         observation = truncate_middle(_render_observation(new_messages), MAX_OBSERVATION_CHARS)
-        episode.tokens += self.count_tokens(observation)
+        if self._context_length is not None:
+            episode.tokens = int(self._context_length(observation))
+        else:
+            episode.tokens += self.count_tokens(action) + self.count_tokens(observation)
         if not episode.done and episode.turns >= self.max_turns:
             episode.end_reason = "max_turns"
         elif not episode.done and episode.tokens >= self.max_episode_tokens:
@@ -212,7 +234,7 @@ class AgentEnv(gym.Env[str, str]):
         info: dict[str, Any] = {
             "turn": episode.turns,
             "tokens": episode.tokens,
-            "messages": copy.deepcopy(episode.messages),
+            "messages": list(episode.messages),  # the record's messages: read them, do not change them
             "new_messages": new_messages,
             "tool_calls": [r.to_dict() for r in records],
         }

@@ -1,4 +1,4 @@
-"""Tasks as records, task sets as grain data sources, and weighted mixing of domains.
+"""Tasks as records, task sets as indexable sources, and the registry of task specs (``LOADER:ARG``).
 
 A :class:`Task` is everything needed to run and grade one episode: the prompt,
 the files the sandbox starts with, what stays hidden until the agent has
@@ -6,26 +6,27 @@ finished (tests, state checks, expected rows), a known-correct solution, and
 bookkeeping (difficulty, split). Task sets are JSONL, one task per line;
 ``builtin:NAME`` names a set shipped in ``envs/data/NAME.jsonl``.
 
+Other specs are resolved by loaders that domains register with
+:func:`register_loader` (``gsm8k:PATH`` by the math domain, ``humaneval`` by
+function completion, ...); :func:`read_records`, :func:`split_from_name` and
+:func:`field` are what loaders of public formats share.
+
 :class:`TaskSource` implements grain's ``RandomAccessDataSource`` protocol
-(``__len__``, ``__getitem__``), so task pools compose with ``grain.MapDataset``
-and the iterator state is checkpointed with the model. grain itself is imported
-only inside :func:`mixed_tasks`: importing grain imports JAX (through orbax),
-and ``envs`` must stay usable without JAX. :func:`mixed_tasks`
-mixes several pools with weights taken from an ``ml_collections.ConfigDict``.
+(``__len__``, ``__getitem__``), so a training loop can build ``grain`` datasets
+over task pools; ``envs`` itself never imports grain (it imports JAX), so it
+stays usable without JAX.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 import posixpath
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    import grain
+from typing import Any
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SPLITS = ("train", "eval", "test")
@@ -219,6 +220,27 @@ def register_loader(prefix: str) -> Callable[[Callable[[str], list[Task]]], Call
     return wrap
 
 
+EXCLUSIONS: dict[str, Callable[[str], dict[str, str]]] = {}
+
+
+def register_exclusions(prefix: str) -> Callable[[Callable[[str], dict[str, str]]], Callable[[str], dict[str, str]]]:
+    """Registers ``fn(ARG) -> {task id: why}``: the tasks the loader of ``prefix`` leaves out of ``prefix:ARG``."""
+
+    def wrap(fn: Callable[[str], dict[str, str]]) -> Callable[[str], dict[str, str]]:
+        if prefix in EXCLUSIONS:
+            raise ValueError(f"register_exclusions: {prefix!r} is already registered")
+        EXCLUSIONS[prefix] = fn
+        return fn
+
+    return wrap
+
+
+def excluded_tasks(spec: str) -> dict[str, str]:
+    """Task id -> why, for the tasks the loader of ``spec`` leaves out ({} when it leaves out nothing)."""
+    prefix, _, arg = str(spec).partition(":")
+    return EXCLUSIONS[prefix](arg) if prefix in EXCLUSIONS and not Path(str(spec)).exists() else {}
+
+
 def builtin_sets() -> list[str]:
     return sorted(p.stem for p in DATA_DIR.glob("*.jsonl"))
 
@@ -233,8 +255,6 @@ def _load_builtin(name: str) -> list[Task]:
 
 def load_tasks(spec: str | Path | Sequence[Task] | TaskSource, *, split: str | None = None) -> TaskSource:
     """Resolves a task spec: a ``TaskSource``, a list of tasks, a JSONL path, ``builtin:NAME``, or ``LOADER:ARG``."""
-    import envs.loaders  # noqa: F401 - registers the public-format loaders
-
     if isinstance(spec, TaskSource):
         source = spec
     elif isinstance(spec, (str, Path)):
@@ -253,36 +273,33 @@ def load_tasks(spec: str | Path | Sequence[Task] | TaskSource, *, split: str | N
     return source.filter(split=split) if split else source
 
 
-def mixed_tasks(config: Mapping[str, Any], *, seed: int = 0) -> grain.MapDataset:
-    """An endless, seeded, weighted mix of task pools; checkpoint its iterator with the model.
+def read_records(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` of a JSONL or JSONL.gz file of a public format; errors name the file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise TaskError(f"loader: {path} does not exist")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield lineno, json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise TaskError(f"{path}:{lineno}: not JSON ({exc.msg})") from exc
 
-    ``config`` maps a pool name to ``{"source": spec, "weight": w, "split": s}``
-    (an ``ml_collections.ConfigDict`` works), e.g.::
 
-        {"math": {"source": "builtin:math", "weight": 0.7, "split": "train"},
-         "repair": {"source": "builtin:repair", "weight": 0.3, "split": "train"}}
+def split_from_name(path: str | Path) -> str:
+    """The split a public set's file name implies (``test``; ``eval``/``val``/``dev``; else ``train``)."""
+    name = Path(path).name.lower()
+    if "test" in name:
+        return "test"
+    if any(k in name for k in ("eval", "val", "dev")):
+        return "eval"
+    return "train"
 
-    Each pool is shuffled and repeated on its own, then pools are interleaved in
-    proportion to their weights, so a small pool is revisited rather than starved.
-    """
-    import grain  # deferred: it imports JAX
 
-    if not isinstance(config, Mapping) and not hasattr(config, "items"):
-        raise TaskError(
-            f"mixed_tasks(config=): expected a mapping of pool name -> settings, got {type(config).__name__}"
-        )
-    datasets, weights = [], []
-    for i, (name, pool) in enumerate(sorted(config.items())):
-        if "source" not in pool:
-            raise TaskError(f"mixed_tasks: pool {name!r} has no 'source'")
-        weight = float(pool.get("weight", 1.0))
-        if not weight > 0:
-            raise TaskError(f"mixed_tasks: pool {name!r}.weight must be > 0, got {weight}")
-        source = load_tasks(pool["source"], split=pool.get("split"))
-        if len(source) == 0:
-            raise TaskError(f"mixed_tasks: pool {name!r} ({pool['source']}, split={pool.get('split')}) has no tasks")
-        datasets.append(grain.MapDataset.source(source).shuffle(seed=seed + 7919 * i).repeat())
-        weights.append(weight)
-    if not datasets:
-        raise TaskError("mixed_tasks: the config names no task pools")
-    return grain.MapDataset.mix(datasets, weights)
+def field(record: Mapping[str, Any], name: str, path: str | Path, lineno: int) -> Any:
+    """``record[name]``, or a :class:`TaskError` naming the file, the line and the missing field."""
+    if name not in record:
+        raise TaskError(f"{path}:{lineno}: missing field {name!r} (has {sorted(record)})")
+    return record[name]

@@ -1,14 +1,20 @@
-"""agentrl's JAX side: models, sharding, tokenizer, sampler, losses, learner and the train loop.
+"""agentrl's policy side: JAX/Flax models, generation, learning and the experiment loop.
 
-Modules are imported explicitly (``from rl import sampler``) rather than re-exported here, so
-that importing one light module (e.g. :mod:`rl.tokenizer`, which needs no JAX) does not pay for
-compiling or importing the rest.
+Read it top down; each package imports only the ones listed before it (and ``envs``):
 
-Map of the policy side:
-  - :mod:`rl.models`: ``ModelConfig`` presets, the Flax NNX ``Transformer`` and Hugging Face I/O.
-  - :mod:`rl.sharding`: mesh from config, logical-axis rules, models created already sharded.
-  - :mod:`rl.distributed`: ``jax.distributed.initialize()`` when the environment asks for it.
-  - :mod:`rl.tokenizer` and :mod:`rl.chat_format`: byte-level / HF tokenizers and the ChatML +
-    Hermes tool-call format, encodable turn by turn.
-  - :mod:`rl.sampler`: jitted, bucketed, batch-invariant generation with per-token log-probs.
+  - :mod:`rl.models`: ``ModelConfig`` presets, the NNX ``Transformer``, sharding (meshes,
+    logical-axis rules, models created sharded) and Hugging Face weights.
+  - :mod:`rl.generation`: chat format, tokenizers, token selection and the batched ``Sampler``.
+  - :mod:`rl.learning`: advantage estimators, losses, batches, the pure train step, the
+    ``Learner`` and SFT data.
+  - :mod:`rl.run`: one experiment: ``Settings`` from a config, ``build()``, rollouts, the
+    ``Trainer`` loop, evaluation, and what a run writes (trajectories, metrics, checkpoints).
+  - :mod:`rl.results`: a finished (or live) run read back as tables, without JAX.
+
+The commands: ``python -m rl.train`` (:mod:`rl.train`), ``python -m rl.evaluate``
+(:mod:`rl.evaluate`) and ``python -m rl.replay`` (:mod:`rl.replay`).
+
+Modules are imported explicitly (``from rl.generation.sampler import Sampler``) rather than
+re-exported here, so that importing a light module (e.g. :mod:`rl.generation.tokenizer` or
+:mod:`rl.results`, which need no JAX) does not pay for the rest.
 """

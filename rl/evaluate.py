@@ -2,9 +2,11 @@ r"""Evaluate a saved checkpoint of a run on its held-out tasks.
 
     python -m rl.evaluate --workdir=runs/q [--step=40] [--num_tasks=200] [--k=8]
 
-Reads the run's ``config.json``, restores the checkpoint (the newest by default)
-and prints greedy pass rate and pass@1 / pass@k, per domain too; the numbers
-and the evaluated episodes land in ``<workdir>/evaluations/``.
+Reads the run's ``config.json`` (with ``--num_tasks`` / ``--k`` replacing the
+evaluation's own), restores the checkpoint (the newest by default) and prints
+greedy pass rate and pass@1 / pass@k, per domain too; the numbers and the
+evaluated episodes land in ``<workdir>/evaluations/``. The run itself — its
+``config.json``, metrics and checkpoints — is only read.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import sys
 from pathlib import Path
 
-import ml_collections as mlc
+USAGE_ERROR = 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,28 +31,35 @@ def main(argv: list[str] | None = None) -> int:
     config_path = args.workdir / "config.json"
     if not config_path.exists():
         print(f"error: {config_path} not found: is {args.workdir} a run directory?", file=sys.stderr)
-        return 2
-    config = mlc.ConfigDict(json.loads(config_path.read_text()))
-    if args.num_tasks is not None:
-        config.eval.num_tasks = args.num_tasks
-    if args.k is not None:
-        config.eval.k = args.k
+        return USAGE_ERROR
+    config = json.loads(config_path.read_text())
+    for key in ("num_tasks", "k"):
+        if getattr(args, key) is not None:
+            config["eval"][key] = getattr(args, key)
 
-    from rl.experiment import build
-    from rl.loop import Trainer
+    from rl.run.evaluation import Evaluator, held_out_tasks
+    from rl.run.experiment import build
+    from rl.run.settings import ConfigError, load_settings
+    from rl.run.task_stream import TaskCatalog
 
+    catalog = TaskCatalog()
+    try:
+        settings = load_settings(config, catalog)
+        exp = build(settings, args.workdir, catalog, record=False)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
     out_dir = args.workdir / "evaluations"
-    exp = build(config, args.workdir)
     try:
         step = args.step if args.step is not None else exp.checkpointer.latest_step()
         if step is None:
             print(f"error: no checkpoint in {args.workdir}/checkpoints", file=sys.stderr)
-            return 2
-        trainer = Trainer(exp)
-        trainer._use_phase(max(step, 1))
-        state, _ = exp.checkpointer.restore(step, trainer.learner.abstract_state())
-        trainer.learner.load_state(state)
-        metrics = trainer.evaluate(step, workdir=out_dir)
+            return USAGE_ERROR
+        learner = exp.learner(settings.phase_at(max(step, 1)))
+        state, _ = exp.checkpointer.restore(step, learner.abstract_state())
+        learner.load_state(state)  # the weights go into exp.model, which the rollout samples from
+        evaluator = Evaluator(exp.rollout, settings.eval, held_out_tasks(settings.eval, catalog))
+        metrics = evaluator.evaluate(step, out_dir)
     finally:
         exp.close()
     result_path = out_dir / f"step_{step:08d}.json"

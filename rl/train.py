@@ -4,21 +4,30 @@ r"""Launch an experiment from a config file.
 
 Starting the same command again after a crash or a SIGKILL resumes from the
 last complete checkpoint in ``--workdir``. The loop itself lives in
-:mod:`rl.loop`; this file only reads flags, builds the experiment and reports.
+:mod:`rl.run.trainer`; this file reads flags, builds the experiment and
+reports. A config mistake — a misspelt field, an unknown ``:variant``, a value
+out of range — ends the command with one line naming the field and exit status
+2, and leaves the workdir as it was.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import re
 import sys
 import time
+from collections.abc import Sequence
+from typing import Any
 
+import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:arg]).")
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:variant]).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: config, metrics, trajectories, checkpoints.")
 flags.mark_flags_as_required(["config", "workdir"])
+USAGE_ERROR = 2
 
 
 def summarize(evals: dict, workdir: str, seconds: float) -> str:
@@ -36,19 +45,77 @@ def summarize(evals: dict, workdir: str, seconds: float) -> str:
     return "\n".join(lines)
 
 
+def flag_error(argv: Sequence[str], exc: Exception) -> str:
+    """One line for a flag that failed to parse: the unknown config field, or the error's own message."""
+    from rl.run.settings import unknown_field_message
+
+    given = [
+        a.split("=", 1)[1] if "=" in a else b
+        for a, b in zip(argv, [*argv[1:], ""], strict=True)
+        if a.split("=")[0] == "--config"
+    ]
+    spec = given[-1] if given else None
+    if isinstance(exc, (AttributeError, KeyError)) and spec is not None:  # an override names no field
+        config = _load_config_file(spec)
+        for arg in argv:
+            path = re.match(r"--config\.([\w.]+)(=|$)", arg)
+            node, keys = config, path.group(1).split(".") if path else []
+            for depth, key in enumerate(keys):
+                if not hasattr(node, "keys") or key not in node:
+                    known = list(node.keys()) if hasattr(node, "keys") else []
+                    return unknown_field_message(".".join(keys[: depth + 1]), known)
+                node = node[key]
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [type(exc).__name__]
+    if len(lines) == 1:
+        return lines[0]
+    # config_flags wraps an error of get_config() in its traceback: its last line is the message.
+    head, last = lines[0].split(": ")[0].removeprefix("flag "), re.sub(r"^\w+(Error|Exception): ", "", lines[-1])
+    return last if last.startswith(head) else f"{head}: {last}"
+
+
+def _load_config_file(spec: str) -> Any:
+    """``get_config(variant)`` of ``configs/X.py[:variant]``, without any override."""
+    path, colon, variant = spec.partition(":")
+    module_spec = importlib.util.spec_from_file_location("agentrl_config_file", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module.get_config(*([variant] if colon else []))
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flag parsing, with any error shown as one line and exit status 2 (not a traceback)."""
+    try:
+        rest = flags.FLAGS(argv)
+    except (flags.Error, AttributeError, KeyError, ValueError, TypeError) as exc:
+        print(f"error: {flag_error(argv, exc)}", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
+    if not isinstance(_CONFIG.value, ml_collections.ConfigDict):  # config_flags defers a missing file's error
+        path = flags.FLAGS["config"].serialize().partition("=")[2].partition(":")[0]
+        print(f"error: --config: no config file {path!r} (configs/*.py[:variant])", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
+    return rest
+
+
 def main(argv: list[str]) -> int:
     del argv
     logging.getLogger().setLevel(logging.INFO)
     for noisy in ("absl", "jax._src", "orbax", "sandbox.pool", "math_verify", "tensorboardX"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from rl.distributed import maybe_initialize_distributed
+    from rl.run.distributed import maybe_initialize_distributed
 
     maybe_initialize_distributed()
-    from rl.experiment import build
-    from rl.loop import Trainer
+    from rl.run.experiment import build
+    from rl.run.settings import ConfigError, load_settings
+    from rl.run.task_stream import TaskCatalog
+    from rl.run.trainer import Trainer
 
     start = time.perf_counter()
-    exp = build(_CONFIG.value, _WORKDIR.value)
+    catalog = TaskCatalog()
+    try:
+        exp = build(load_settings(_CONFIG.value, catalog), _WORKDIR.value, catalog)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
     try:
         evals = Trainer(exp).run()
     finally:
@@ -58,4 +125,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(app.run(main))
+    app.run(main, flags_parser=parse_flags)

@@ -11,6 +11,18 @@ of infrastructure failures only, metrics):
     with Scheduler("bwrap", capacity=2) as sched:  # or Scheduler(WarmPool([...hosts...]))
         results = sched.run([Job(fn, spec=SandboxSpec()) for fn in fns])
 
+Layout, one layer a line; each imports only from the lines above it:
+
+    errors.py               what can go wrong: failures of the machinery apart from what the code did
+    images.py               the root filesystem / Docker image every sandbox runs on
+    spec.py                 what a sandbox may use (SandboxSpec) and what one command did (ExecResult)
+    identity.py seccomp.py  who is who inside (uids) and the syscall filter, shared by both backends
+    agent/                  the in-sandbox agent (PID 1), shipped to each sandbox as sources
+    backends/               the Sandbox / Backend API, the host end of the agent channel, bwrap, Docker
+    pool/                   WarmPool over hosts: leasing, reset and probe, upkeep, metrics, exit cleanup
+    scheduler/              Scheduler and Job: priorities, timeouts, retries, one result per job
+    demo.py dockerd.py      tools run as ``python -m sandbox.<name>`` (images and identity are too)
+
 ``sandbox`` imports nothing from ``rl``, ``envs``, JAX or gymnasium: an eval
 harness can use it alone.
 """
@@ -24,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 # `python -m sandbox.images` / `python -m sandbox.identity` run their module once, and
 # `import sandbox` stays cheap for code that needs only a part of it.
 _EXPORTS = {
-    "sandbox.base": ("Backend", "Sandbox", "Snapshot"),
+    "sandbox.backends.base": ("Backend", "Sandbox", "Snapshot"),
     "sandbox.errors": (
         "AgentUnresponsive",
         "BackendUnavailable",
@@ -40,18 +52,19 @@ _EXPORTS = {
         "SandboxUsageError",
         "SandboxVanished",
     ),
-    "sandbox.hosts": ("Host",),
     "sandbox.images": ("DEFAULT_IMAGE",),
-    "sandbox.jobs": ("Batch", "Job", "JobHandle", "JobResult", "RetryPolicy"),
-    "sandbox.pool": ("WarmPool",),
-    "sandbox.pooled": ("PoolConfig", "PooledSandbox"),
-    "sandbox.scheduler": ("Scheduler",),
+    "sandbox.pool.config": ("PoolConfig",),
+    "sandbox.pool.hosts": ("Host",),
+    "sandbox.pool.pooled": ("PooledSandbox",),
+    "sandbox.pool.warm_pool": ("WarmPool",),
+    "sandbox.scheduler.jobs": ("Batch", "Job", "JobHandle", "JobResult", "RetryPolicy"),
+    "sandbox.scheduler.scheduler": ("Scheduler",),
     "sandbox.spec": ("ExecResult", "SandboxSpec"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 if TYPE_CHECKING:
-    from sandbox.base import Backend, Sandbox, Snapshot  # noqa: F401
+    from sandbox.backends.base import Backend, Sandbox, Snapshot  # noqa: F401
     from sandbox.errors import (  # noqa: F401
         AgentUnresponsive,
         BackendUnavailable,
@@ -67,12 +80,13 @@ if TYPE_CHECKING:
         SandboxUsageError,
         SandboxVanished,
     )
-    from sandbox.hosts import Host  # noqa: F401
     from sandbox.images import DEFAULT_IMAGE  # noqa: F401
-    from sandbox.jobs import Batch, Job, JobHandle, JobResult, RetryPolicy  # noqa: F401
-    from sandbox.pool import WarmPool  # noqa: F401
-    from sandbox.pooled import PoolConfig, PooledSandbox  # noqa: F401
-    from sandbox.scheduler import Scheduler  # noqa: F401
+    from sandbox.pool.config import PoolConfig  # noqa: F401
+    from sandbox.pool.hosts import Host  # noqa: F401
+    from sandbox.pool.pooled import PooledSandbox  # noqa: F401
+    from sandbox.pool.warm_pool import WarmPool  # noqa: F401
+    from sandbox.scheduler.jobs import Batch, Job, JobHandle, JobResult, RetryPolicy  # noqa: F401
+    from sandbox.scheduler.scheduler import Scheduler  # noqa: F401
     from sandbox.spec import ExecResult, SandboxSpec  # noqa: F401
 
 
@@ -91,11 +105,11 @@ BACKENDS = ("bwrap", "docker")
 def get_backend(name: str, **kwargs: Any) -> Backend:  # noqa: F821 - resolved lazily
     """Returns a backend by name: ``"bwrap"`` (local, fast) or ``"docker"`` (``url=`` for a remote daemon)."""
     if name == "bwrap":
-        from sandbox.bwrap_backend import BwrapBackend
+        from sandbox.backends.bwrap import BwrapBackend
 
         return BwrapBackend(**kwargs)
     if name == "docker":
-        from sandbox.docker_backend import DockerBackend
+        from sandbox.backends.docker import DockerBackend
 
         return DockerBackend(**kwargs)
     from sandbox.errors import SandboxUsageError

@@ -47,7 +47,7 @@ def tour(backend_name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m sandbox.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="bwrap", choices=["bwrap", "docker", "all"])
     args = parser.parse_args(argv)
     names = ["bwrap", "docker"] if args.backend == "all" else [args.backend]

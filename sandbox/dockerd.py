@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from sandbox import images
+from sandbox.backends.cgroups import kill_until_empty
 
 
 class PrivateDockerd:
@@ -182,7 +183,7 @@ class PrivateDockerd:
                 pass
         for cid in ids:
             _reap_cgroups(_container_cgroups(cid))
-        for mount in sorted(_mounts_under(str(self.root)), key=len, reverse=True):
+        for mount in images.mounts_under(self.root):  # deepest first
             subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
         if self._log is not None:
             self._log.close()
@@ -219,32 +220,21 @@ def _container_cgroups(cid: str) -> list[Path]:
 
 
 def _reap_cgroups(dirs: list[Path]) -> None:
-    for _ in range(50):
-        pids = set()
+    def pids() -> set[int]:
+        found: set[int] = set()
         for d in dirs:
             try:
-                pids.update(int(p) for p in (d / "cgroup.procs").read_text().split())
+                found.update(int(p) for p in (d / "cgroup.procs").read_text().split())
             except OSError:
                 continue
-        if not pids:
-            break
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
+        return found
+
+    kill_until_empty(pids, tries=50, pause_s=0.05)
     for d in dirs:
         try:
             d.rmdir()
         except OSError:
             pass
-
-
-def _mounts_under(root: str) -> list[str]:
-    with open("/proc/mounts") as f:
-        points = [line.split()[1] for line in f]
-    return [p for p in points if p == root or p.startswith(root + "/")]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -149,6 +149,12 @@ class SandboxSpec:
         return dataclasses.replace(self, **changes)
 
 
+def spec_key(spec: SandboxSpec) -> tuple:
+    """A hashable identity of a spec, for grouping sandboxes by spec (its ``env`` dict makes the spec unhashable)."""
+    fields = tuple((f.name, getattr(spec, f.name)) for f in dataclasses.fields(spec) if f.name != "env")
+    return (*fields, ("env", tuple(sorted(spec.env.items()))))
+
+
 @dataclasses.dataclass(frozen=True)
 class ExecResult:
     """What one command did. A timeout or an OOM kill is a result, not an error.

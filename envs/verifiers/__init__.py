@@ -5,10 +5,15 @@
     result = verifier.verify(VerifyContext(task, sandbox, episode, max_turns))
     result.reward, result.passed, result.components, result.anomaly
 
-Registered: ``hidden_tests`` (repository tasks), ``math_answer``,
-``function_tests`` (HumanEval-format completion), ``sandbox_state`` (shell
-tasks), ``pipeline_output`` (data pipelines), ``tool_format``,
-``turn_efficiency``, ``code_compiles``.
+The machinery every domain shares lives here: what a verifier returns and sees
+(:mod:`~envs.verifiers.base`), weighted composition from a config
+(:mod:`~envs.verifiers.compose`), and the process and efficiency verifiers any
+domain can compose with its outcome (:mod:`~envs.verifiers.process`:
+``tool_format``, ``turn_efficiency``, ``code_compiles``). Outcome verifiers
+belong to their domain package (``math_answer``, ``function_tests``,
+``hidden_tests``, ``sandbox_state``, ``pipeline_output``: see
+:mod:`envs.domains`); all of them are in :data:`VERIFIERS` once ``envs`` is
+imported.
 """
 
 from envs.verifiers.base import (
@@ -21,34 +26,20 @@ from envs.verifiers.base import (
     register_verifier,
 )
 from envs.verifiers.compose import Part, WeightedVerifier, build_verifier
-from envs.verifiers.functions import FunctionTestsVerifier, run_function_tests
-from envs.verifiers.hidden_tests import HiddenTestsVerifier
-from envs.verifiers.math import MathAnswerVerifier, answers_match, extract_answer
-from envs.verifiers.pipeline import PipelineOutputVerifier
 from envs.verifiers.process import CodeCompilesVerifier, ToolFormatVerifier, TurnEfficiencyVerifier
-from envs.verifiers.state import SandboxStateVerifier, run_state_checks
 
 __all__ = [
     "ROLES",
     "VERIFIERS",
     "CodeCompilesVerifier",
-    "FunctionTestsVerifier",
-    "HiddenTestsVerifier",
-    "MathAnswerVerifier",
     "Part",
-    "PipelineOutputVerifier",
-    "SandboxStateVerifier",
     "ToolFormatVerifier",
     "TurnEfficiencyVerifier",
     "Verification",
     "Verifier",
     "VerifyContext",
     "WeightedVerifier",
-    "answers_match",
     "build_verifier",
-    "extract_answer",
     "make_verifier",
     "register_verifier",
-    "run_function_tests",
-    "run_state_checks",
 ]

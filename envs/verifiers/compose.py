@@ -1,7 +1,7 @@
 """Weighted combinations of verifiers, built from a config such as ``{"outcome": 1.0, "efficiency": 0.1}``.
 
 A key names either a *role* the environment binds to one of its verifiers
-(``outcome`` -> ``pytest_hidden`` for repository repair) or a registered
+(``outcome`` -> ``hidden_tests`` for repository repair) or a registered
 verifier directly (``code_compiles``). A value is a weight, or a mapping with
 ``weight``, ``gated`` and the verifier's own options::
 

@@ -1,4 +1,4 @@
-"""Llama / Qwen2-family policy models: configs and presets, the NNX transformer, Hugging Face I/O."""
+"""Llama / Qwen2-family policy models: configs and presets, the NNX transformer, sharding, Hugging Face I/O."""
 
 from rl.models.config import PRESETS, ModelConfig, RopeScaling, get_model_config
 from rl.models.transformer import KVCache, Transformer

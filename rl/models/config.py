@@ -185,7 +185,7 @@ def _llama3(name: str, factor: float, **kw: Any) -> ModelConfig:
     return ModelConfig(name=name, **{**base, **kw})
 
 
-# Byte-level vocabulary of rl.tokenizer.ByteTokenizer (256 bytes + 8 specials), padded to a
+# Byte-level vocabulary of rl.generation.tokenizer.ByteTokenizer (256 bytes + 8 specials), padded to a
 # multiple of 16 so that the vocab axis splits evenly over small tensor-parallel meshes.
 TINY_VOCAB_SIZE = 272
 

@@ -31,8 +31,8 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from rl.models.config import ModelConfig, RopeScaling
+from rl.models.sharding import DEFAULT_RULES, Rules, abstract_model, host_to_sharded, make_mesh, state_shardings
 from rl.models.transformer import Transformer
-from rl.sharding import DEFAULT_RULES, Rules, abstract_model, host_to_sharded, make_mesh, state_shardings
 
 _ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -248,7 +248,7 @@ def load_hf_model(
       path: directory with ``config.json`` and ``model.safetensors`` (or shards plus
         ``model.safetensors.index.json``).
       mesh: where to place the parameters (default: a one-device mesh).
-      rules: logical-axis rules (see :mod:`rl.sharding`).
+      rules: logical-axis rules (see :mod:`rl.models.sharding`).
       dtype: compute dtype (default: the checkpoint's dtype).
       param_dtype: parameter storage dtype (default: ``dtype``).
     """

@@ -5,7 +5,7 @@ and softmax in float32, RoPE frequencies computed in float32 (Llama-3 scaling in
 to the compute dtype before rotation, non-interleaved ("rotate half") RoPE, query head ``h``
 reading key/value head ``h // (num_heads // num_kv_heads)``.
 
-Every parameter carries logical axis names (``nnx.with_partitioning``); :mod:`rl.sharding` maps
+Every parameter carries logical axis names (``nnx.with_partitioning``); :mod:`rl.models.sharding` maps
 them to mesh axes. Attention projections keep heads as their own dimension, e.g. the query
 kernel is ``(embed, q_heads, head_dim)``, so tensor parallelism splits whole heads.
 
@@ -25,7 +25,7 @@ import numpy as np
 from flax import nnx, struct
 
 from rl.models.config import ModelConfig
-from rl.sharding import DEFAULT_RULES, Rules, constrain
+from rl.models.sharding import DEFAULT_RULES, Rules, constrain
 
 _INIT = nnx.initializers.normal(stddev=0.02)
 
@@ -229,7 +229,7 @@ class Transformer(nnx.Module):
     def __init__(self, config: ModelConfig, rngs: nnx.Rngs | None = None, rules: Rules = DEFAULT_RULES):
         self.config = config
         self.rules = tuple(rules)
-        # Logical names are inert metadata here; rl.sharding applies them under jit. Eager
+        # Logical names are inert metadata here; rl.models.sharding applies them under jit. Eager
         # sharding would try to place them on a mesh at construction time.
         with nnx.use_eager_sharding(False):
             e, v, pd = config.hidden_size, config.vocab_size, config.params_dtype

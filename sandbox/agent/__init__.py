@@ -4,8 +4,9 @@ The modules of this package other than this one run *inside* the sandbox
 (standard library only, Python >= 3.8): :mod:`~sandbox.agent.protocol` (the
 wire format, also used by the host), :mod:`~sandbox.agent.confine` (locking the
 agent down at boot, dropping commands to their uid), :mod:`~sandbox.agent.files`
-(symlink-safe file operations), :mod:`~sandbox.agent.ipc` (System V IPC) and
-:mod:`~sandbox.agent.server` (the request loop). A backend starts
+(symlink-safe file operations), :mod:`~sandbox.agent.ipc` (System V IPC),
+:mod:`~sandbox.agent.processes` (the process table, starting a command as its
+uid) and :mod:`~sandbox.agent.server` (the request loop). A backend starts
 ``python3 -c BOOTSTRAP`` and writes :func:`bundle` to its stdin: the sources,
 registered as modules under the same names, so the agent imports its parts as
 it does on the host.
@@ -18,7 +19,7 @@ import json
 import struct
 from pathlib import Path
 
-from sandbox.agent.protocol import encode_message, read_message
+from sandbox.agent.protocol import encode_message
 
 # Read a u32 length and that much JSON [[module name, source], ...]; register each; run the last's main().
 BOOTSTRAP = (
@@ -29,7 +30,7 @@ BOOTSTRAP = (
     "sys.modules[k].main()\n"
 )
 # In dependency order; the last one's main() runs.
-_INSIDE = ("protocol", "confine", "files", "ipc", "server")
+_INSIDE = ("protocol", "confine", "files", "ipc", "processes", "server")
 
 
 @functools.cache
@@ -42,4 +43,4 @@ def bundle() -> bytes:
     return struct.pack(">I", len(raw)) + raw
 
 
-__all__ = ["BOOTSTRAP", "bundle", "encode_message", "read_message"]
+__all__ = ["BOOTSTRAP", "bundle", "encode_message"]

@@ -31,65 +31,10 @@ import time
 from sandbox.agent import confine as confinement
 from sandbox.agent import ipc
 from sandbox.agent.files import FileOpError, Trees
+from sandbox.agent.processes import process_table, signal_all, spawn, stopped, subprocess_error
 from sandbox.agent.protocol import encode_message, read_message
 
 _DRAIN_AFTER_EXIT_S = 0.05
-
-
-def _process_table(me):
-    """{pid: start time} of every process but the agent (start time guards pid reuse)."""
-    table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                stat = f.read()
-            table[int(name)] = stat[stat.rindex(b")") + 2 :].split()[19]
-        except (OSError, ValueError, IndexError):
-            continue
-    return table
-
-
-def _stopped(pid):
-    """True if ``pid`` is stopped (state T) or gone."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-        return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] in (b"T", b"t")
-    except (OSError, ValueError):
-        return True
-
-
-def _signal_all(pids, sig):
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def _start_as(uid, gid, cwd):
-    """In the child before exec: raise its OOM score, lower its priority, become ``uid``, enter ``cwd``.
-
-    The OOM score is set first, while the child may still write its own ``/proc`` files, so a fork
-    bomb cannot fork at the old score. ``SCHED_IDLE`` costs commands nothing (the sandbox's cgroup is
-    its own scheduling group, where the agent idles) but keeps the agent answering when they spin on
-    every CPU they have: a starved agent would turn the model's doing into a host timeout, an anomaly.
-    The uid comes last and every capability goes with it.
-    """
-
-    def start():
-        try:
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")
-        except OSError:
-            pass
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        confinement.drop_to(uid, gid)
-        os.chdir(cwd)
-
-    return start
 
 
 class Agent:
@@ -139,20 +84,20 @@ class Agent:
         if not before:
             self.kill_all()
             return
-        frozen = [p for p, t in _process_table(self.pid).items() if before.get(p) == t and not _stopped(p)]
-        _signal_all(frozen, signal.SIGSTOP)
+        frozen = [p for p, t in process_table(self.pid).items() if before.get(p) == t and not stopped(p)]
+        signal_all(frozen, signal.SIGSTOP)
         try:
             for _ in range(200):
-                new = [p for p, t in _process_table(self.pid).items() if before.get(p) != t]
+                new = [p for p, t in process_table(self.pid).items() if before.get(p) != t]
                 if not new:
                     return
                 for sig in (signal.SIGSTOP, signal.SIGKILL):
-                    _signal_all(new, sig)
+                    signal_all(new, sig)
                 time.sleep(0.002)
                 self.reap()
             self.kill_all()  # did not converge (a fork storm): take everything down
         finally:
-            _signal_all(frozen, signal.SIGCONT)
+            signal_all(frozen, signal.SIGCONT)
 
     def kill_all(self):
         """kill(-1) from PID 1 is atomic against fork and spares only the agent."""
@@ -163,7 +108,7 @@ class Agent:
                 break
             time.sleep(0.002)
             self.reap()
-            if not _process_table(self.pid):
+            if not process_table(self.pid):
                 break
         self.reap()
 
@@ -181,7 +126,7 @@ class Agent:
 
     # -- requests -------------------------------------------------------------
     def op_ping(self, req, blobs):
-        return {"ok": True, "pid": self.pid, "processes": len(_process_table(self.pid))}, []
+        return {"ok": True, "pid": self.pid, "processes": len(process_table(self.pid))}, []
 
     def op_exec(self, req, blobs):
         cmd = req["cmd"]
@@ -196,7 +141,7 @@ class Agent:
             return {"error": "usage", "message": "cwd %r is not a directory in the sandbox" % cwd}, []
         cap = int(req["max_output"])
         stdin = blobs[0] if blobs else b""
-        before = _process_table(self.pid)
+        before = process_table(self.pid)
         oom_before = self.oom_kills()
         start = time.monotonic()
         deadline = start + float(req["timeout"])
@@ -204,7 +149,7 @@ class Agent:
         err_r, err_w = os.pipe()
         in_r, in_w = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), None)
         try:
-            pid = self._spawn(argv, env, self.users[user], cwd, in_r, out_w, err_w)
+            pid = spawn(argv, env, self.users[user], cwd, in_r, out_w, err_w)
         except (OSError, subprocess_error()) as exc:
             for fd in (out_r, out_w, err_r, err_w, in_r, in_w):
                 if fd is not None:
@@ -250,22 +195,6 @@ class Agent:
             "oom_killed": oom,
         }
         return header, [bytes(bufs[0]), bytes(bufs[1])]
-
-    def _spawn(self, argv, env, ids, cwd, stdin_fd, out_fd, err_fd):
-        import subprocess  # deferred: only exec needs it
-
-        proc = subprocess.Popen(
-            argv,
-            stdin=stdin_fd,
-            stdout=out_fd,
-            stderr=err_fd,
-            env=env,
-            start_new_session=True,
-            close_fds=True,
-            preexec_fn=_start_as(ids[0], ids[1], cwd),  # safe: the agent is single-threaded
-        )
-        proc.returncode = 0  # the agent reaps; stop Popen from ever waiting on it
-        return proc.pid
 
     def _pump(self, pid, out_r, err_r, in_w, stdin, cap, deadline):
         sel = selectors.DefaultSelector()
@@ -369,7 +298,7 @@ class Agent:
             "entries": entries,
             "truncated": not complete,
             "ipc": ipc.objects(),
-            "processes": len(_process_table(self.pid)),
+            "processes": len(process_table(self.pid)),
         }, []
 
     def op_killall(self, req, blobs):
@@ -415,12 +344,6 @@ class Agent:
             resp["id"] = req.get("id")
             out.write(encode_message(resp, rblobs))
             out.flush()
-
-
-def subprocess_error():
-    import subprocess
-
-    return subprocess.SubprocessError
 
 
 def main():

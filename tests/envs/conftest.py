@@ -2,29 +2,33 @@
 
 Backends come from ``tests.sandbox.conftest.backend_or_skip``: skipped locally
 when unavailable, a failure in CI (``REQUIRE_DOCKER=1``). One
-:class:`envs.ReusedSandboxes` pool per backend lives while the envs tests run, so
-hundreds of episodes restore a snapshot instead of starting sandboxes. It is
-closed when the package's last test ends: later packages (the sandbox tests
-check that *nothing* of this process is left on a daemon) must not see it.
+:class:`envs.WarmPool` per backend lives while the envs tests run, so hundreds
+of episodes get a sandbox reset to how it was created instead of starting one.
+It is closed when the package's last test ends: later packages (the sandbox
+tests check that *nothing* of this process is left on a daemon) must not see it.
 """
 
 from __future__ import annotations
-
-import subprocess
 
 import gymnasium as gym
 import pytest
 
 import envs  # noqa: F401 - registers the environments
-from envs import ReusedSandboxes
+from envs.sandboxes import Host, PoolConfig, WarmPool
 from tests.sandbox.conftest import backend_or_skip
+from tests.sandbox.conftest import kill_underneath as _kill_underneath
 
-_pools: dict[str, ReusedSandboxes] = {}
+# A test may hold several leases at once (an episode's sandbox, a judge's, its own) and an acquire
+# beyond capacity waits: room for far more than any test holds. Idle ones go after a minute.
+CAPACITY = 16
+CONFIG = PoolConfig(idle_ttl_s=60.0)
+
+_pools: dict[str, WarmPool] = {}
 
 
-def pool_for(name: str) -> ReusedSandboxes:
+def pool_for(name: str) -> WarmPool:
     if name not in _pools:
-        _pools[name] = ReusedSandboxes(backend_or_skip(name), max_idle_per_spec=2)
+        _pools[name] = WarmPool(Host(backend_or_skip(name), capacity=CAPACITY), config=CONFIG)
     return _pools[name]
 
 
@@ -42,24 +46,20 @@ def backend_name(request) -> str:
 
 
 @pytest.fixture
-def pool(backend_name) -> ReusedSandboxes:
+def pool(backend_name) -> WarmPool:
     return pool_for(backend_name)
 
 
 @pytest.fixture
-def bwrap_pool() -> ReusedSandboxes:
+def bwrap_pool() -> WarmPool:
     return pool_for("bwrap")
 
 
-def make_env(env_id: str, pool: ReusedSandboxes, **kwargs):
+def make_env(env_id: str, pool: WarmPool, **kwargs):
     """An environment drawing its sandboxes from ``pool`` (unwrapped: tests call domain hooks)."""
     return gym.make(env_id, sandbox_factory=pool.acquire, sandbox_release=pool.release, **kwargs).unwrapped
 
 
 def kill_underneath(sandbox) -> None:
-    """Destroys a sandbox behind the API's back, as a crashed host or daemon would."""
-    if sandbox.backend == "docker":
-        subprocess.run(["docker", "kill", sandbox.id], check=True, capture_output=True)
-    else:
-        sandbox._proc.kill()
-        sandbox._proc.wait()
+    """Destroys a sandbox behind the API's back, as a crashed host or daemon would; returns once it is dead."""
+    _kill_underneath(sandbox, wait=True)

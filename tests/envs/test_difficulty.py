@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from envs.difficulty import DifficultySampler, PassRateTracker
+from envs.quality.difficulty import DifficultySampler, PassRateTracker
 from envs.tasks import Task
 
 TASKS = [Task(id=f"d/{name}", domain="math", prompt=name) for name in ("easy", "hard", "middle", "unseen")]

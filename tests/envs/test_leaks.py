@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from envs.leak_probes import needle_spec
-from envs.leaks import (
+from envs.quality.leak_probes import needle_spec
+from envs.quality.leaks import (
     find_split_leaks,
     jaccard,
     minhash,

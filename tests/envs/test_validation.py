@@ -1,4 +1,4 @@
-"""Task-set screening (``python -m envs.validate``) and verifier self-checks (``python -m envs.selfcheck``).
+"""Task-set screening (``python -m envs.quality.validate``) and verifier self-checks (``python -m envs.quality.selfcheck``).
 
 Every shipped task is validated on bwrap (gold passes, no-op fails, stable over
 two repeats, environment builds, oracle unreachable); a slice of every domain
@@ -12,7 +12,8 @@ import json
 
 import pytest
 
-from envs import selfcheck, validate
+from envs.quality import selfcheck, validate
+from envs.quality.hooks import SELF_CHECKS, Unavailable, register_selfcheck
 from envs.tasks import Task, load_tasks, write_jsonl
 from tests.sandbox.conftest import backend_or_skip
 
@@ -97,3 +98,22 @@ def test_selfcheck_reports_an_inaccurate_verifier():
     lines: list[str] = []
     assert selfcheck.summarise(outcomes, log=lines.append) is False
     assert "1/2   correct ( 50.0%), FLAKY" in lines[0]
+
+
+def test_selfcheck_sets_come_from_the_domains_and_an_unavailable_one_is_skipped_with_why():
+    assert set(SELF_CHECKS) >= {"function", "math", "pipeline", "repair", "shell"}
+    with pytest.raises(ValueError, match="already registered"):
+        register_selfcheck("repair")(lambda: [])
+
+    @register_selfcheck("unavailable_demo")
+    def needs_a_package():
+        raise Unavailable("`pip install something` for its self-check set")
+
+    lines: list[str] = []
+    try:
+        samples = selfcheck.registered_samples(log=lines.append)
+    finally:
+        SELF_CHECKS.pop("unavailable_demo")
+    assert lines == ["[selfcheck] unavailable_demo skipped: `pip install something` for its self-check set"]
+    verifiers = {s.verifier for s in samples}
+    assert verifiers >= {"function_tests", "hidden_tests", "math_answer", "pipeline_output", "sandbox_state"}

@@ -8,10 +8,11 @@ import ml_collections
 import pytest
 
 from envs import Task, Verification, Verifier, VerifyContext, build_verifier, make_verifier, register_verifier
+from envs.domains.math.answers import answers_match, extract_answer
+from envs.domains.math.selfcheck import MATH_SAMPLES
+from envs.domains.repair.verifier import score_fail_to_pass
 from envs.episode import Episode
-from envs.selfcheck_cases import MATH_SAMPLES
-from envs.verifiers import VERIFIERS, answers_match, extract_answer
-from envs.verifiers.hidden_tests import score_fail_to_pass
+from envs.verifiers import VERIFIERS
 from sandbox import SandboxSpec
 from tests.envs.conftest import kill_underneath
 

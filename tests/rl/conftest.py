@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from rl import sharding
+from rl.models import sharding
 
 VOCAB = 300
 

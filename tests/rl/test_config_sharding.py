@@ -10,10 +10,9 @@ import pytest
 from flax import nnx
 from jax.sharding import AxisType, PartitionSpec
 
-from rl import sharding
-from rl.distributed import distributed_requested
-from rl.models import PRESETS, ModelConfig, Transformer, get_model_config
+from rl.models import PRESETS, ModelConfig, Transformer, get_model_config, sharding
 from rl.models.config import RopeScaling
+from rl.run.distributed import distributed_requested
 
 # Published parameter counts of the real checkpoints (embeddings included).
 PUBLISHED = {

@@ -17,17 +17,16 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rl import sharding
-from rl.batch import TrainBatch
-from rl.checkpoint import Checkpointer
-from rl.learner import Learner, LearnerConfig
-from rl.losses import AGGREGATIONS, PolicyLossConfig
-from rl.models import Transformer, get_model_config
-from rl.optim import lr_schedule, microbatch_shares
+from rl.learning.batch import TrainBatch
+from rl.learning.learner import Learner, LearnerConfig
+from rl.learning.losses import AGGREGATIONS, PolicyLossConfig
+from rl.learning.train_step import lr_schedule, microbatch_shares
+from rl.models import Transformer, get_model_config, sharding
+from rl.run.checkpoint import Checkpointer
 
 B, T, PROMPT = 8, 64, 8
 MODEL = get_model_config("tiny")
-POLICY = LearnerConfig(algorithm="grpo", learning_rate=1e-3, total_steps=50, grad_clip_norm=1.0)
+POLICY = LearnerConfig(objective="policy", learning_rate=1e-3, total_steps=50, grad_clip_norm=1.0)
 # For "same update" comparisons: Adam divides by sqrt(v) + eps, so an entry whose gradient is
 # ~0 (a rarely seen token's embedding row) turns float round-off into an lr-sized step of random
 # sign. A larger eps bounds that amplification by lr / eps while keeping the optimizer the same.
@@ -219,7 +218,7 @@ def test_sft_steps_reduce_masked_nll(learner, init_state, batch):
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("algorithm", "a2c"),
+        ("objective", "a2c"),
         ("learning_rate", 0.0),
         ("warmup_steps", 100),
         ("total_steps", 0),

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rl import sharding
-from rl.models import hf
+from rl.models import hf, sharding
 from rl.models.hf import CheckpointError
 
 torch = pytest.importorskip("torch")

@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rl import sharding
-from rl.batch import pack
-from rl.learner import Learner, LearnerConfig
-from rl.losses import PolicyLossConfig
-from rl.models import Transformer, get_model_config
+from rl.learning.batch import pack
+from rl.learning.learner import Learner, LearnerConfig
+from rl.learning.losses import PolicyLossConfig
+from rl.models import Transformer, get_model_config, sharding
 
 MODEL = get_model_config("tiny", num_layers=1)
 

@@ -1,4 +1,4 @@
-"""``rl.results``: tables from synthetic trajectories written with ``rl.trajectory.write_step``.
+"""``rl.results``: tables from synthetic trajectories written with ``rl.run.trajectory.write_step``.
 
 Every number asserted here is known from how the episodes were built; nothing is timed
 (the speed goal lives in ``benchmarks/results_bench.py``).
@@ -18,9 +18,10 @@ import pandas as pd
 import pytest
 
 from envs import Task
-from rl import results, trajectory
-from rl.results import compare, format_episode, load_run, side_by_side
-from rl.trajectory import EpisodeRecord
+from rl import results
+from rl.results import compare, format_episode, load_run, side_by_side, step_files
+from rl.run import trajectory
+from rl.run.trajectory import EpisodeRecord
 
 REPO = Path(__file__).resolve().parents[2]
 # A verifier's free-form details can hold the very key the fast decoder cuts at, in a string and as a key.
@@ -107,7 +108,11 @@ def _write_run(workdir: Path, seed: int = 0) -> Path:
     for step, answers in ((0, ("1", "2")), (4, ("1", "3"))):
         greedy = [_episode(step, f"E{g}", g, 0, float(g == 0), g == 0, split="eval", answer=answers[g]) for g in (0, 1)]
         sampled = [_episode(step, f"E{g}", g, i, 0.0, False, split="eval", answer="x") for g in (0, 1) for i in (0, 1)]
-        trajectory.write_step(workdir, step, greedy + sampled, kind="eval", tasks=[_task("E0"), _task("E1")])
+        for e in greedy:
+            e.decoding = "greedy"
+        path = trajectory.write_step(workdir, step, greedy + sampled, kind="eval", tasks=[_task("E0"), _task("E1")])
+        if step == 0:  # written before the field was called "decoding"
+            path.write_text(path.read_text().replace('"decoding": ', '"mode": '))
     return workdir
 
 
@@ -160,8 +165,8 @@ def test_episode_table_is_one_flat_row_per_episode(run_dir):
 def test_fast_decoding_equals_decoding_whole_lines(run_dir, tmp_path):
     path = trajectory.step_files(run_dir)[0][1]
     for line in path.read_text().splitlines():
-        whole, fast = json.loads(line), results._decode_summary(line)
-        assert {k: fast[k] for k in results._NEEDED} == {k: whole[k] for k in results._NEEDED}
+        whole, fast = json.loads(line), step_files.decode_summary(line)
+        assert {k: fast[k] for k in step_files.NEEDED_KEYS} == {k: whole[k] for k in step_files.NEEDED_KEYS}
     # The same run with keys in another order (no fast cut possible) gives the same tables.
     other = tmp_path / "sorted"
     shutil.copytree(run_dir, other)
@@ -216,12 +221,22 @@ def test_one_full_episode_with_tokens_and_task(run_dir):
 def test_eval_episodes_are_split_into_greedy_and_sampled_and_diffed(run_dir):
     run = load_run(run_dir)
     ev = run.eval_episodes
-    assert ev["mode"].tolist() == (["greedy"] * 2 + ["sampled"] * 4) * 2
+    assert ev["decoding"].tolist() == (["greedy"] * 2 + ["sampled"] * 4) * 2
     assert ev["phase"].tolist() == ["init"] * 6 + ["rl"] * 6
     diff = run.eval_diff(0, 4)
     assert diff.index.tolist() == ["E0", "E1"] and diff["changed"].tolist() == [False, True]
     assert diff.loc["E1", ["answer_a", "answer_b", "row_a", "row_b"]].tolist() == ["2", "3", 1, 1]
-    assert run.eval_diff(0, 4, mode="sampled")["answer_b"].tolist() == ["x", "x"]
+    assert run.eval_diff(0, 4, decoding="sampled")["answer_b"].tolist() == ["x", "x"]
+
+
+def test_eval_decoding_is_inferred_from_the_order_when_files_do_not_name_it(run_dir):
+    path = trajectory.step_files(run_dir, "eval")[0][1]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in lines:
+        record.pop("mode")
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    rows, _ = step_files.parse_step(path, "eval")
+    assert [r["decoding"] for r in rows] == ["greedy"] * 2 + ["sampled"] * 4
 
 
 def test_refresh_reads_new_steps_and_ignores_unfinished_ones(run_dir):

@@ -14,11 +14,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rl import sharding
-from rl.models import Transformer, get_model_config
-from rl.sampler import Sampler, SamplerConfig, SamplingParams, _stop_string_cut
-from rl.sampling import filter_logits
-from rl.tokenizer import ByteTokenizer
+from rl.generation.sampler import Sampler, SamplerConfig, SamplingParams, _stop_string_cut
+from rl.generation.token_selection import filter_logits
+from rl.generation.tokenizer import ByteTokenizer
+from rl.models import Transformer, get_model_config, sharding
 
 REF_LEN = 64  # fixed length of the reference forward pass (right-padded; causal => exact)
 BUCKETS = SamplerConfig(batch_buckets=(1, 4), prompt_buckets=(16, 32), new_token_buckets=(8, 24))

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from rl.chat_format import QWEN_DEFAULT_SYSTEM, ChatMLFormat
-from rl.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from envs import parse_tool_calls
+from rl.generation.chat_format import QWEN_DEFAULT_SYSTEM, ChatMLFormat
+from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
 
 TOOLS = [
     {
@@ -126,6 +127,25 @@ def test_turn_by_turn_equals_whole(tokenizer):
     assert tokenizer.decode(whole) == ChatMLFormat().render(msgs, TOOLS)
 
 
+def test_the_environments_observation_is_the_turn_the_chat_template_renders(tokenizer):
+    """The rollout appends the env's rendered observation; it must be token for token the template's turn."""
+    import envs
+    from envs.core import _render_observation
+
+    completion = tokenizer.encode_completion(CONVERSATION[2])
+    for start, end in ((3, 4), (5, 7), (8, 9)):
+        observation = _render_observation(CONVERSATION[start:end])
+        expected = tokenizer.completion_suffix_ids(completion) + tokenizer.encode_turn(CONVERSATION[start:end])
+        assert tokenizer.encode_observation(completion, observation) == expected
+    corrective = {"role": "user", "content": envs.core.NO_TOOL_CALL}
+    assert tokenizer.encode_observation(completion, corrective["content"]) == tokenizer.encode_turn(corrective)
+    truncated = tokenizer.encode("I will look at the fi")
+    observation = _render_observation(CONVERSATION[3:4])
+    assert tokenizer.encode_observation(truncated, observation) == tokenizer.completion_suffix_ids(
+        truncated
+    ) + tokenizer.encode_turn(CONVERSATION[3:4])
+
+
 def test_truncated_completion_is_closed_before_the_next_turn(tokenizer):
     prompt = tokenizer.encode_messages(CONVERSATION[:2], add_generation_prompt=True)
     truncated = tokenizer.encode("I will look at the fi")  # cut by max_new_tokens
@@ -152,14 +172,17 @@ def test_special_ids_and_decoding(tokenizer):
 
 
 def test_tool_calls_round_trip_through_the_completion(tokenizer):
+    """A rendered completion's tool calls are what the environments parse back out of its text."""
     completion = tokenizer.encode_completion(CONVERSATION[4])
-    calls = tokenizer.parse_tool_calls(completion)
-    assert [(c.name, c.arguments) for c in calls] == [
+    calls = parse_tool_calls(tokenizer.decode(completion)).calls
+    assert [(c.name, dict(c.arguments)) for c in calls] == [
         ("bash", {"cmd": "sed -i 's/-/+/' add.py"}),
         ("bash", {"cmd": "pytest -q"}),
     ]
-    broken = tokenizer.parse_tool_calls(tokenizer.encode('<tool_call>\n{"name": "bash", "arguments": \n</tool_call>'))
-    assert len(broken) == 1 and broken[0].error is not None and "invalid JSON" in broken[0].error
+    broken = parse_tool_calls(
+        tokenizer.decode(tokenizer.encode('<tool_call>\n{"name": "bash", "arguments": \n</tool_call>'))
+    )
+    assert not broken.calls and len(broken.errors) == 1
 
 
 def test_byte_tokenizer_defaults():

@@ -2,7 +2,7 @@
 
 Runs ``configs/quickstart.py:test`` (a few SFT + RL steps) through the real CLI,
 checks the workdir, token-exact trajectories, replay, evaluation of a saved
-checkpoint, and that a run killed with SIGKILL and started again ends with
+checkpoint (with other ``--num_tasks`` and ``--k`` than the run's), and that a run killed with SIGKILL and started again ends with
 exactly the parameters and metrics of one that never stopped.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl import trajectory
-from rl.metrics import read_metrics, without_timing
+from rl.run import trajectory
+from rl.run.metrics import read_metrics, without_timing
 from tests.sandbox.conftest import backend_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,10 +39,14 @@ def _train_cmd(workdir: Path, *overrides: str) -> list[str]:
     return [sys.executable, "-m", "rl.train", f"--config={CONFIG}", f"--workdir={workdir}", *overrides]
 
 
+def _cli(module: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python -m <module> <args>`` from the repository, on one CPU device."""
+    cmd = [sys.executable, "-m", module, *args]
+    return subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
 def _run(workdir: Path, *overrides: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        _train_cmd(workdir, *overrides), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900
-    )
+    proc = _cli("rl.train", f"--config={CONFIG}", f"--workdir={workdir}", *overrides, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
 
@@ -92,7 +96,7 @@ def test_workdir_layout_and_metrics(run_dir):
 
 
 def test_trajectories_are_token_exact(run_dir):
-    from rl.tokenizer import ByteTokenizer
+    from rl.generation.tokenizer import ByteTokenizer
 
     tok = ByteTokenizer()
     files = trajectory.step_files(run_dir)
@@ -126,14 +130,7 @@ def test_trajectories_are_token_exact(run_dir):
 
 def test_replay_reproduces_recorded_episodes(run_dir):
     files = trajectory.step_files(run_dir)
-    proc = subprocess.run(
-        [sys.executable, "-m", "rl.replay", str(files[-1][1]), "--row", "0", "--row", "1"],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _cli("rl.replay", str(files[-1][1]), "--row", "0", "--row", "1", timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"episodes": 2, "repeats": 1, "diverged": 0}
 
@@ -151,32 +148,24 @@ def test_replay_reports_divergence(run_dir, tmp_path):
     else:
         target["verification"]["reward"] = 123.0
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    proc = subprocess.run(
-        [sys.executable, "-m", "rl.replay", str(path), "--row", str(target["row"])],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = _cli("rl.replay", str(path), "--row", str(target["row"]), timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
     assert "differs" in out or "recorded 123.0" in out, out
 
 
-def test_evaluate_cli_on_a_saved_checkpoint(run_dir):
-    proc = subprocess.run(
-        [sys.executable, "-m", "rl.evaluate", f"--workdir={run_dir}", "--step=5", "--k=2"],
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def test_evaluate_cli_with_other_num_tasks_and_k(run_dir):
+    """Evaluating a saved checkpoint may ask for other tasks and k than the run used; the run is only read."""
+    config_before = (run_dir / "config.json").read_text()
+    proc = _cli("rl.evaluate", f"--workdir={run_dir}", "--step=5", "--num_tasks=2", "--k=3", timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads((run_dir / "evaluations" / "step_00000005.json").read_text())
-    assert {"eval/greedy_pass_rate", "eval/pass@1", "eval/pass@2"} <= set(result)
-    assert trajectory.step_files(run_dir / "evaluations", kind="eval")
+    assert {"eval/greedy_pass_rate", "eval/pass@1", "eval/pass@3"} <= set(result)
+    [(step, path)] = trajectory.step_files(run_dir / "evaluations", kind="eval")
+    episodes = trajectory.read_step(path, arrays=False)
+    assert step == 5 and len({e["task_id"] for e in episodes}) == 2 and len(episodes) == 2 * (1 + 3)
+    assert [e["decoding"] for e in episodes] == ["greedy"] * 2 + ["sampled"] * 6
+    assert (run_dir / "config.json").read_text() == config_before
 
 
 def test_sigkill_and_resume_matches_an_uninterrupted_run(run_dir, tmp_path):
@@ -206,12 +195,6 @@ def test_sigkill_and_resume_matches_an_uninterrupted_run(run_dir, tmp_path):
 
 
 def test_a_different_experiment_in_the_same_workdir_is_refused(run_dir):
-    proc = subprocess.run(
-        _train_cmd(run_dir, "--config.rollout.group_size=3"),
-        cwd=REPO,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode != 0 and "holds a different experiment" in proc.stderr
+    proc = _cli("rl.train", f"--config={CONFIG}", f"--workdir={run_dir}", "--config.rollout.group_size=3")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "holds a different experiment (config.json differs in rollout.group_size: 4 -> 3)" in proc.stderr

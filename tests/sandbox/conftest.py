@@ -45,6 +45,20 @@ def sandbox(backend):
         yield sb
 
 
+def kill_underneath(sb, *, wait: bool = False) -> None:
+    """Destroys a sandbox behind the API's back, as a crashed host or ``docker kill`` would.
+
+    ``wait``: return only once a bwrap sandbox's process is reaped. Not from a thread racing a
+    call on the sandbox: that call's diagnosis must see the exit itself (``SandboxVanished``).
+    """
+    if sb.backend == "docker":
+        subprocess.run(["docker", "kill", sb.id], check=True, capture_output=True)
+    else:
+        sb._proc.kill()
+        if wait:
+            sb._proc.wait()
+
+
 # A small sandbox for hostile programs: limits low enough that bombs hit them fast.
 HOSTILE_SPEC = SandboxSpec(memory_mb=384, workspace_mb=64, tmp_mb=32, pids=128, timeout_s=20, max_output_bytes=1 << 16)
 

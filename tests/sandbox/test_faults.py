@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from sandbox import Host, Job, RetryPolicy, Scheduler, WarmPool
+from tests.sandbox.conftest import kill_underneath
 from tests.sandbox.test_pool import REPO, SPEC, assert_nothing_left, fast_config, our_cgroups, our_containers, wait_for
-from tests.sandbox.test_scheduler import kill_underneath
 
 RETRY = RetryPolicy(max_attempts=3, backoff_s=0.05, backoff_max_s=0.2)
 

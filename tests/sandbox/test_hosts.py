@@ -30,7 +30,7 @@ from sandbox import (
     images,
 )
 from sandbox.dockerd import PrivateDockerd
-from sandbox.hosts import place
+from sandbox.pool.hosts import place
 from tests.sandbox.conftest import REQUIRED, backend_or_skip
 from tests.sandbox.test_pool import SPEC, fast_config, our_containers, wait_for
 

@@ -20,8 +20,8 @@ from sandbox import (
     SandboxVanished,
     get_backend,
 )
-from sandbox.base import LABEL
-from tests.sandbox.conftest import backend_or_skip
+from sandbox.backends.base import LABEL
+from tests.sandbox.conftest import backend_or_skip, kill_underneath
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -55,17 +55,10 @@ def test_host_system_mode_runs_without_an_image():
         assert sb.exec("touch /usr/x").exit_code != 0
 
 
-def _kill_underneath(sb) -> None:
-    if sb.backend == "docker":
-        subprocess.run(["docker", "kill", sb.id], check=True, capture_output=True)
-    else:
-        sb._proc.kill()
-
-
 def test_sandbox_killed_mid_command_is_an_infra_error(backend):
     sb = backend.create(SandboxSpec())
     try:
-        timer = threading.Timer(0.5, _kill_underneath, args=(sb,))
+        timer = threading.Timer(0.5, kill_underneath, args=(sb,))
         timer.start()
         with pytest.raises(SandboxVanished) as info:
             sb.exec("sleep 30", timeout=60)
@@ -109,7 +102,7 @@ def test_sigkilled_owner_leaves_nothing(backend):
             time.sleep(0.2)
         assert not _docker_ids(f"name={sandbox_id}"), "container outlived its owner"
     else:
-        from sandbox.cgroups import ROOT
+        from sandbox.backends.cgroups import ROOT
 
         def leftover_procs() -> list[str]:
             found = []
@@ -139,7 +132,7 @@ def test_docker_gc_removes_leaked_containers_only():
 
 def test_docker_gc_runs_on_start_up():
     backend_or_skip("docker")
-    from sandbox.docker_backend import DockerBackend
+    from sandbox.backends.docker import DockerBackend
 
     leaked = DockerBackend(gc_on_start=False).client.containers.create(
         SandboxSpec().image,

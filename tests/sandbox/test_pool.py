@@ -21,8 +21,8 @@ from sandbox import (
     SandboxUsageError,
     WarmPool,
 )
-from sandbox.base import LABEL, owner_tag
-from sandbox.cgroups import ROOT as CGROUP_ROOT
+from sandbox.backends.base import LABEL, owner_tag
+from sandbox.backends.cgroups import ROOT as CGROUP_ROOT
 from tests.sandbox.conftest import backend_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,7 +88,8 @@ def test_close_returns_only_when_every_sandbox_is_gone(backend):
     assert pool.prewarm(SPEC, 3, timeout=120) == 3
     leased = pool.acquire(SPEC)
     pool.want(SPEC, 4)  # more being made in the background while it closes
-    made = [leased, *(e.sandbox for e in pool._entries.values())]
+    with pool.state.lock:
+        made = [leased, *(e.sandbox for e in pool.state.entries())]
     pool.close()
     assert_nothing_left(pool, made)
     if backend.name == "bwrap":
@@ -132,7 +133,8 @@ def test_failed_probe_or_reset_destroys_and_replaces(pool):
     sb = pool.acquire(SPEC)
     # A reset that misses something cannot be produced from inside (the agent empties every writable
     # dir and kills every process), so tamper with what "clean" means for this one sandbox instead.
-    pool._entries[sb.id].fingerprint += "\n/workspace/ghost f 1 644"
+    with pool.state.lock:
+        pool.state.entry(sb.id).fingerprint += "\n/workspace/ghost f 1 644"
     pool.release(sb)
     assert sb.closed and pool.stats()["sandbox/pool_probe_failures"] == 1
     broken = pool.acquire(SPEC)

@@ -21,8 +21,8 @@ from sandbox import (
     Scheduler,
     WarmPool,
 )
-from sandbox.metrics import format_line
-from tests.sandbox.conftest import backend_or_skip
+from sandbox.pool.metrics import format_line
+from tests.sandbox.conftest import backend_or_skip, kill_underneath
 from tests.sandbox.test_pool import SPEC, fast_config, wait_for
 
 FAST_RETRY = RetryPolicy(max_attempts=3, backoff_s=0.05, backoff_max_s=0.2)
@@ -49,16 +49,6 @@ def local():
 
 def square_after(delay: float, i: int):
     return Job(lambda sb: int(sb.exec(f"sleep {delay}; echo $(( {i} * {i} ))").stdout), spec=SPEC, key=f"sq{i}")
-
-
-def kill_underneath(sb) -> None:
-    """What a crashed host or `docker kill` does to a sandbox, from outside."""
-    if sb.backend == "docker":
-        import subprocess
-
-        subprocess.run(["docker", "kill", sb.id], check=True, capture_output=True)
-    else:
-        sb._proc.kill()
 
 
 def test_results_in_submission_order_and_as_they_complete(sched):

@@ -1,0 +1,1 @@
+"""What the task-quality tools run inside sandboxes: ``oracle_scan.py``, bundled with ``git_env`` (:mod:`envs.in_sandbox`)."""

@@ -1,0 +1,12 @@
+"""From a model to text: the chat format, tokenizers, token selection and the batched sampler.
+
+  - :mod:`rl.generation.chat_format`: Qwen2.5's ChatML + Hermes tool calls, rendered in Python,
+    piece by piece (prompt, completion, continuation).
+  - :mod:`rl.generation.tokenizer`: the byte-level default and Hugging Face tokenizers, encoding a
+    conversation turn by turn so a trajectory is never re-tokenized (no JAX).
+  - :mod:`rl.generation.token_selection`: pure per-row temperature / top-k / top-p / greedy choice
+    of the next token, with its log-probs.
+  - :mod:`rl.generation.sampler`: jitted, bucketed, batch-invariant generation (``Sampler``).
+
+Modules are imported explicitly; this file imports none of them.
+"""

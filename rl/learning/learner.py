@@ -1,0 +1,285 @@
+"""The learner's host side: state, shardings and placement around one jitted optimizer step.
+
+How a step is built, and why:
+  - **Pure step, compiled once per batch shape.** ``(params, opt_state, step, ref_params, rest,
+    batch) -> (params, opt_state, step, metrics)`` under one ``jax.jit`` with explicit in/out
+    shardings: parameters and AdamW moments by their logical-axis shardings
+    (:func:`rl.models.sharding.state_shardings`), the batch split along ``B`` over the mesh axes the
+    ``"batch"`` rule names (``data`` x ``fsdp`` by default), scalars and metrics replicated.
+    Parameters, optimizer state and the step counter are donated, so an update needs no second
+    copy of the model in device memory.
+  - **The sampler's module is the source of truth for the weights.** Every step reads the
+    parameters from the ``Transformer`` it was given and writes the new ones back with
+    ``nnx.update``; a :class:`rl.generation.sampler.Sampler` built on the same module therefore samples
+    from the newest policy with no copy. (Donation deletes the old buffers: do not keep arrays
+    from ``nnx.state(model)`` across a step.)
+  - **Exact gradient accumulation** over ``microbatches`` inside the one step (see :mod:`rl.learning.train_step`,
+    which holds the pure step; this module is its host side).
+  - **The learner knows objectives, not algorithms.** ``LearnerConfig.objective`` is ``"policy"``
+    (the loss of :data:`rl.learning.losses.POLICY_LOSSES` named by ``loss.name``) or ``"sft"``.
+    GRPO and PPO differ only in how the *caller* computes advantages (group-relative vs. batch
+    baseline, :mod:`rl.learning.advantages`), so both are the same ``"policy"`` learner.
+  - **Temperature.** The ratio's log-probs are computed at ``LearnerConfig.temperature``, which
+    must be the temperature the ``old_logprobs`` were taken at. The sampler's ``raw_logprobs``
+    are temperature-1, full-vocabulary log-probs, so RL configs sample at temperature 1 with no
+    top-k/top-p and keep ``temperature=1.0`` here.
+  - **Reference policy.** Only when ``loss.kl_coef > 0``: a copy of the initial parameters,
+    placed with the same shardings (no full copy on one device), whose log-probs are computed
+    inside the step; it is part of :meth:`Learner.state`, so a resumed run keeps the same one.
+  - Parameters and compute keep the model's own dtypes (``ModelConfig.param_dtype`` /
+    ``dtype``); log-probs, losses and the accumulated gradients are float32.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from rl.learning.batch import TrainBatch
+from rl.learning.learner_config import LearnerConfig
+from rl.learning.train_step import build_train_step, forward_logprobs, make_optimizer
+from rl.models.sharding import DEFAULT_RULES, Rules, host_to_sharded, logical_to_spec, state_shardings
+from rl.models.transformer import Transformer
+
+__all__ = ["Learner", "LearnerConfig"]
+
+_BATCH_FIELDS = {  # field -> (dtype, rank)
+    "tokens": (np.int32, 2),
+    "input_mask": (np.bool_, 2),
+    "loss_mask": (np.float32, 2),
+    "old_logprobs": (np.float32, 2),
+    "advantages": (np.float32, 2),
+    "weights": (np.float32, 1),
+    "positions": (np.int32, 2),
+    "segment_ids": (np.int32, 2),
+}
+
+
+# Compiled programs shared by learners of the same model structure, config, mesh and rules (a
+# learner rebuilt to resume from a checkpoint reuses the program instead of recompiling).
+_PROGRAMS: dict[tuple, Any] = {}
+
+
+class Learner:
+    """Trains ``model`` in place on ``mesh``: AdamW state, step counter and (if KL) a reference policy.
+
+    Args:
+      model: the policy; its parameters are read before and written back after every step, so
+        a sampler on the same module always sees the newest weights.
+      mesh: a ``(data, fsdp, tensor)`` mesh (:func:`rl.models.sharding.make_mesh`).
+      config: optimizer, schedule and loss settings.
+      rules: logical-axis rules mapping parameter and batch axes to mesh axes (use the model's).
+
+    Usage from a training loop (sampler and learner share ``model``)::
+
+        sampler, learner = Sampler(model, tokenizer, mesh), Learner(model, mesh, LearnerConfig(...))
+        if (step := checkpointer.latest_step()) is not None:
+            state, extra = checkpointer.restore(step, learner.abstract_state())
+            learner.load_state(state)                 # also puts the weights back into `model`
+        ...                                           # rollouts: completions' raw_logprobs -> old_logprobs
+        batch = rl.learning.batch.pack(..., batch_multiple=learner.batch_multiple)
+        metrics = learner.train_step(batch)           # {"train/loss": ...}; `model` now holds the new weights
+        checkpointer.save(learner.step, learner.state(), extra)   # before the next step donates them
+    """
+
+    def __init__(self, model: Transformer, mesh: Mesh, config: LearnerConfig, rules: Rules = DEFAULT_RULES):
+        if not isinstance(config, LearnerConfig):
+            raise TypeError(f"Learner(config=): expected a LearnerConfig, got {type(config).__name__}")
+        self.model, self.mesh, self.config, self.rules = model, mesh, config, tuple(rules)
+        self._graphdef = nnx.graphdef(model)
+        params, rest = nnx.state(model, nnx.Param, ...)
+        self._param_shardings = state_shardings(params, mesh, self.rules)
+        self._rest_shardings = state_shardings(rest, mesh, self.rules)
+        self._replicated = NamedSharding(mesh, PartitionSpec())
+        tx, _ = make_optimizer(config)
+        self._opt_shardings = state_shardings(jax.eval_shape(tx.init, params), mesh, self.rules)
+        params = self._params()  # placed in its shardings, and written back into the model
+        with jax.set_mesh(mesh):
+            self._opt_state = jax.jit(tx.init, out_shardings=self._opt_shardings)(params)
+        self._step = jax.device_put(jnp.zeros((), jnp.int32), self._replicated)
+        # A real copy: the live parameters are donated every step, the reference must survive.
+        self._ref = jax.device_put(params, self._param_shardings, may_alias=False) if config.use_reference else None
+        spec = logical_to_spec(("batch",), self.rules)
+        axes = () if not spec or spec[0] is None else (spec[0],) if isinstance(spec[0], str) else tuple(spec[0])
+        #: devices a batch is split over (the mesh axes the ``"batch"`` rule names)
+        self.batch_parallelism = math.prod(dict(mesh.shape)[a] for a in axes)
+
+    # -- public API -----------------------------------------------------------------------------
+    @property
+    def batch_multiple(self) -> int:
+        """``B`` of every batch must be a multiple of this (``rl.learning.batch.pack(batch_multiple=...)``)."""
+        return self.batch_parallelism * self.config.microbatches
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken so far (restored by :meth:`load_state`)."""
+        return int(jax.device_get(self._step))
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step on ``batch`` with the configured objective; returns ``train/...`` metrics.
+
+        Metrics: ``loss``, ``entropy`` (token mean), ``grad_norm`` (before clipping),
+        ``learning_rate`` (the rate this step used), ``tokens`` (trained tokens); for policy
+        objectives also ``pg_loss``, ``clip_fraction``, ``approx_kl_old``, ``ratio_mean`` and,
+        with a KL penalty, ``kl_ref``; for SFT ``sft_nll``.
+        """
+        return self._update(self.config.objective, batch)
+
+    def sft_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step of masked cross-entropy on ``batch.loss_mask`` (warm start before RL).
+
+        Shares the optimizer state, schedule and step counter with :meth:`train_step`;
+        ``old_logprobs`` and ``advantages`` are ignored.
+        """
+        return self._update("sft", batch)
+
+    def logprobs(self, batch: TrainBatch) -> np.ndarray:
+        """Current policy's log-prob ``[B, T]`` of each token as a target (at ``config.temperature``).
+
+        Aligned like ``TrainBatch.old_logprobs``: column ``t`` is the log-prob of ``tokens[:, t]``
+        given ``tokens[:, :t]``; column 0 and padding are 0.
+        """
+        key = ("logprobs", self._graphdef, self.config.temperature, self.mesh, self.rules)
+        if key not in _PROGRAMS:
+            graphdef, temp = self._graphdef, self.config.temperature
+
+            def run(params, rest, tokens, input_mask, positions, segment_ids):
+                logp = forward_logprobs(graphdef, params, rest, tokens, input_mask, temp, positions, segment_ids)[0]
+                return jnp.where(input_mask, logp, 0.0)
+
+            table = self._batch_shardings()[0]
+            shardings = (self._param_shardings, self._rest_shardings, table, table, table, table)
+            _PROGRAMS[key] = jax.jit(run, in_shardings=shardings, out_shardings=self._replicated)
+        placed = self._place_batch(batch, multiple=self.batch_parallelism)
+        params, rest = self._params(), nnx.state(self.model, nnx.Not(nnx.Param))
+        with jax.set_mesh(self.mesh):
+            out = _PROGRAMS[key](params, rest, placed.tokens, placed.input_mask, placed.positions, placed.segment_ids)
+        return np.asarray(jax.device_get(out))
+
+    def reset_reference(self) -> None:
+        """Makes the current parameters the KL reference (e.g. after an SFT warm start on this learner)."""
+        if not self.config.use_reference:
+            raise ValueError("reset_reference: no reference policy (LearnerConfig.loss.kl_coef is 0)")
+        self._ref = jax.device_put(self._params(), self._param_shardings, may_alias=False)
+
+    def state(self) -> dict[str, Any]:
+        """Everything a bit-exact resume needs: ``params``, ``opt_state``, ``step`` (+ ``ref_params``).
+
+        The arrays are the live ones: save them before the next step, which donates them.
+        """
+        out = {"params": self._params(), "opt_state": self._opt_state, "step": self._step}
+        if self._ref is not None:
+            out["ref_params"] = self._ref
+        return out
+
+    def abstract_state(self) -> dict[str, Any]:
+        """:meth:`state` as ``jax.ShapeDtypeStruct`` with shardings: the target of ``Checkpointer.restore``."""
+        return jax.tree.map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), self.state(), self._state_shardings()
+        )
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Replaces the training state (e.g. from ``Checkpointer.restore``) and the model's parameters.
+
+        The arrays are copied into this learner's shardings, so the caller's arrays stay valid.
+        """
+        expected = set(self._state_shardings())
+        missing = expected - set(state)
+        if missing:
+            raise ValueError(f"load_state(state=): missing {sorted(missing)} (expected keys {sorted(expected)})")
+        state = {k: state[k] for k in expected}  # a non-KL run ignores a checkpoint's reference
+        target = self.abstract_state()
+        if jax.tree.structure(state) != jax.tree.structure(target):
+            paths = lambda tree: {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)}  # noqa: E731
+            got, want = paths(state), paths(target)
+            raise ValueError(
+                "load_state(state=): the tree differs from this learner's (another model or optimizer?); "
+                f"missing {sorted(want - got)[:5]}, unexpected {sorted(got - want)[:5]}"
+            )
+        placed = jax.device_put(state, self._state_shardings(), may_alias=False)
+        nnx.update(self.model, placed["params"])
+        self._opt_state, self._step = placed["opt_state"], placed["step"]
+        self._ref = placed.get("ref_params")
+
+    # -- internals ------------------------------------------------------------------------------
+    def _state_shardings(self) -> dict[str, Any]:
+        out = {"params": self._param_shardings, "opt_state": self._opt_shardings, "step": self._replicated}
+        if self.config.use_reference:
+            out["ref_params"] = self._param_shardings
+        return out
+
+    def _params(self) -> Any:
+        """The model's parameters, moved into the learner's shardings (and back into the model) if needed."""
+        params = nnx.state(self.model, nnx.Param)
+        placed = jax.tree.map(lambda x, s: x.sharding == s, params, self._param_shardings)
+        if not all(jax.tree.leaves(placed)):
+            params = jax.device_put(params, self._param_shardings)
+            nnx.update(self.model, params)
+        return params
+
+    def _batch_shardings(self) -> tuple[NamedSharding, ...]:
+        spec = logical_to_spec(("batch",), self.rules, (self.batch_parallelism,), dict(self.mesh.shape))
+        row = NamedSharding(self.mesh, spec)
+        table = NamedSharding(self.mesh, PartitionSpec(*spec, None))
+        return tuple(table if rank == 2 else row for _, rank in _BATCH_FIELDS.values())
+
+    def _place_batch(self, batch: TrainBatch, multiple: int) -> TrainBatch:
+        """Checks shapes and dtypes, then puts each field on the mesh, split along ``B``."""
+        if not isinstance(batch, TrainBatch):
+            raise TypeError(f"batch: expected a rl.learning.batch.TrainBatch, got {type(batch).__name__}")
+        b, t = np.shape(batch.tokens) if np.ndim(batch.tokens) == 2 else (None, None)
+        if b is None:
+            raise ValueError(f"TrainBatch.tokens: expected shape [B, T], got {np.shape(batch.tokens)}")
+        if b % multiple:
+            raise ValueError(
+                f"TrainBatch: batch size B={b} is not divisible by {multiple} = batch parallelism "
+                f"{self.batch_parallelism} (mesh axes of the 'batch' rule) x LearnerConfig.microbatches="
+                f"{self.config.microbatches}; pack with rl.learning.batch.pack(batch_multiple={multiple})"
+            )
+        fields = {}
+        batch = batch.with_defaults()  # per-token advantages, positions and segments for unpacked rows
+        for (name, (dtype, rank)), sharding in zip(_BATCH_FIELDS.items(), self._batch_shardings(), strict=True):
+            value = getattr(batch, name)
+            want = (b, t)[:rank]
+            if tuple(np.shape(value)) != want:
+                raise ValueError(f"TrainBatch.{name}: expected shape {list(want)}, got {list(np.shape(value))}")
+            if isinstance(value, jax.Array):
+                fields[name] = jax.device_put(value.astype(dtype), sharding)
+            else:
+                fields[name] = host_to_sharded(np.asarray(value, dtype), sharding)
+        return TrainBatch(**fields)
+
+    def _update(self, objective: str, batch: TrainBatch) -> dict[str, float]:
+        key = (objective, self._graphdef, self.config, self.mesh, self.rules)
+        if key not in _PROGRAMS:
+            step_fn = build_train_step(self._graphdef, self.config, objective, self.rules, self._param_shardings)
+            batch_shardings = TrainBatch(**dict(zip(_BATCH_FIELDS, self._batch_shardings(), strict=True)))
+            ref_shardings = self._param_shardings if objective == "policy" and self.config.use_reference else None
+            _PROGRAMS[key] = jax.jit(
+                step_fn,
+                in_shardings=(
+                    self._param_shardings,
+                    self._opt_shardings,
+                    self._replicated,
+                    ref_shardings,
+                    self._rest_shardings,
+                    batch_shardings,
+                ),
+                out_shardings=(self._param_shardings, self._opt_shardings, self._replicated, self._replicated),
+                donate_argnums=(0, 1, 2),
+            )
+        placed = self._place_batch(batch, multiple=self.batch_multiple)
+        ref = self._ref if objective == "policy" else None
+        params, rest = self._params(), nnx.state(self.model, nnx.Not(nnx.Param))
+        with jax.set_mesh(self.mesh):
+            params, self._opt_state, self._step, metrics = _PROGRAMS[key](
+                params, self._opt_state, self._step, ref, rest, placed
+            )
+        nnx.update(self.model, params)
+        return {k: float(v) for k, v in jax.device_get(metrics).items()}

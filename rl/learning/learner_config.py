@@ -1,0 +1,106 @@
+"""The settings of a :class:`rl.learning.learner.Learner`: optimizer, schedule, objective and loss.
+
+A module of its own because both sides of the learner read it: the pure step
+(:mod:`rl.learning.train_step`) builds its program from it, and the host side
+(:mod:`rl.learning.learner`) checks batches and keys compiled programs by it.
+Validated on construction, so a bad value fails before anything compiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from rl.learning.losses import PolicyLossConfig
+
+OBJECTIVES = ("policy", "sft")
+# Aggregations whose micro-batch split is exact (see rl.learning.train_step.microbatch_shares); a new
+# entry in rl.learning.losses.AGGREGATIONS needs one here before it can be used with microbatches > 1.
+SPLITTABLE_AGGREGATIONS = ("token", "sequence", "constant")
+# The sampler's ``raw_logprobs`` are taken at temperature 1 over the full vocabulary: the learner's
+# importance ratios compare against them at this temperature.
+RAW_LOGPROB_TEMPERATURE = 1.0
+
+
+def _fail(field: str, expected: str, value: Any) -> None:
+    raise ValueError(f"LearnerConfig.{field}: expected {expected}, got {value!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """Optimizer, schedule, objective and loss settings of a ``Learner``; validated on construction.
+
+    Attributes:
+      objective: what :meth:`Learner.train_step` minimises: ``"policy"`` (the policy loss named by
+        ``loss.name``, on advantages the caller computed) or ``"sft"`` (masked cross-entropy).
+      learning_rate: peak AdamW learning rate.
+      warmup_steps: linear warmup steps (step 0 already uses ``learning_rate / warmup_steps``).
+      total_steps: the cosine decay reaches ``end_lr_ratio * learning_rate`` at this step.
+      end_lr_ratio: final learning rate as a fraction of the peak, in [0, 1].
+      weight_decay: decoupled AdamW decay, applied to matrices only (see :func:`rl.learning.train_step.decay_mask`).
+      b1, b2, eps: AdamW moments' decay rates and denominator epsilon.
+      grad_clip_norm: clip the global gradient norm to this; ``None`` disables clipping.
+      microbatches: gradient-accumulation steps inside one jitted step; ``B`` must be divisible
+        by the mesh's batch parallelism times this.
+      temperature: temperature of the ``old_logprobs``: :data:`RAW_LOGPROB_TEMPERATURE` for the
+        sampler's ``raw_logprobs``.
+      loss: which policy loss and its settings (clip range, KL and entropy coefficients, token
+        aggregation); the KL coefficient also decides whether a reference policy is kept.
+    """
+
+    objective: str = "policy"
+    learning_rate: float = 1e-6
+    warmup_steps: int = 0
+    total_steps: int = 1000
+    end_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    b1: float = 0.9
+    b2: float = 0.999
+    eps: float = 1e-8
+    grad_clip_norm: float | None = 1.0
+    microbatches: int = 1
+    temperature: float = RAW_LOGPROB_TEMPERATURE
+    loss: PolicyLossConfig = dataclasses.field(default_factory=PolicyLossConfig)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            _fail("objective", f"one of {OBJECTIVES}", self.objective)
+        if not (_real(self.learning_rate) and self.learning_rate > 0):
+            _fail("learning_rate", "a finite float > 0", self.learning_rate)
+        if not (_is_int(self.total_steps) and self.total_steps >= 1):
+            _fail("total_steps", "an int >= 1", self.total_steps)
+        if not (_is_int(self.warmup_steps) and 0 <= self.warmup_steps <= self.total_steps):
+            _fail("warmup_steps", f"an int in [0, total_steps={self.total_steps}]", self.warmup_steps)
+        if not (_real(self.end_lr_ratio) and 0.0 <= self.end_lr_ratio <= 1.0):
+            _fail("end_lr_ratio", "a float in [0, 1]", self.end_lr_ratio)
+        if not (_real(self.weight_decay) and self.weight_decay >= 0.0):
+            _fail("weight_decay", "a finite float >= 0", self.weight_decay)
+        for name in ("b1", "b2"):
+            if not (_real(getattr(self, name)) and 0.0 <= getattr(self, name) < 1.0):
+                _fail(name, "a float in [0, 1)", getattr(self, name))
+        if not (_real(self.eps) and 0.0 < self.eps < 1.0):
+            _fail("eps", "a float in (0, 1)", self.eps)
+        if self.grad_clip_norm is not None and not (_real(self.grad_clip_norm) and self.grad_clip_norm > 0):
+            _fail("grad_clip_norm", "None or a finite float > 0", self.grad_clip_norm)
+        if not (_is_int(self.microbatches) and self.microbatches >= 1):
+            _fail("microbatches", "an int >= 1", self.microbatches)
+        if not (_real(self.temperature) and self.temperature > 0):
+            _fail("temperature", "a finite float > 0 (the sampler's; 1.0 for raw_logprobs)", self.temperature)
+        if not isinstance(self.loss, PolicyLossConfig):
+            _fail("loss", "a rl.learning.losses.PolicyLossConfig", self.loss)
+        if self.microbatches > 1 and self.loss.aggregation not in SPLITTABLE_AGGREGATIONS:
+            _fail("loss.aggregation", f"one of {SPLITTABLE_AGGREGATIONS} when microbatches > 1", self.loss.aggregation)
+
+    @property
+    def use_reference(self) -> bool:
+        """Whether a frozen reference policy is kept (KL penalty on, policy objective only)."""
+        return self.loss.kl_coef > 0 and self.objective == "policy"

@@ -1,0 +1,172 @@
+"""The learner's losses: token aggregation, policy losses (a registry), KL, SFT cross-entropy.
+
+Pure, vectorised, jittable functions on arrays. The learner picks a policy loss
+and an aggregation by name from small registries (:data:`POLICY_LOSSES`,
+:data:`AGGREGATIONS`), so a config switches the loss or token ↔ sequence
+normalisation without touching code; advantages are computed before the
+learner sees a batch (:mod:`rl.learning.advantages`).
+
+Shapes: ``[B, T]`` per-token arrays for ``B`` sequences padded to ``T`` tokens;
+``mask`` is 1 on tokens the policy sampled (observation and prompt tokens are 0
+and never contribute to a loss).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+# -- token aggregation ------------------------------------------------------------
+def token_mean(x: Array, mask: Array, max_len: int | None = None) -> Array:
+    """Every sampled token weighs the same across the batch (DAPO token-level)."""
+    return (x * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+
+
+def sequence_mean(x: Array, mask: Array, max_len: int | None = None) -> Array:
+    """Mean over sequences of each sequence's token mean (original GRPO; favours short answers)."""
+    per_seq = (x * mask).sum(-1) / jnp.maximum(mask.sum(-1), 1.0)
+    has = (mask.sum(-1) > 0).astype(x.dtype)
+    return (per_seq * has).sum() / jnp.maximum(has.sum(), 1.0)
+
+
+def constant_normalizer(x: Array, mask: Array, max_len: int | None = None) -> Array:
+    """Dr. GRPO: token sum divided by a constant (batch size x generation budget), no length bias."""
+    budget = x.shape[-1] if max_len is None else max_len
+    return (x * mask).sum() / (x.shape[0] * budget)
+
+
+AGGREGATIONS: dict[str, Callable[..., Array]] = {
+    "token": token_mean,
+    "sequence": sequence_mean,
+    "constant": constant_normalizer,
+}
+
+
+# -- policy losses ------------------------------------------------------------------
+# ``fn(logprobs, old_logprobs, advantages, mask, cfg, *, ref_logprobs=None, entropy=None) -> (loss, metrics)``
+# with ``cfg`` a :class:`PolicyLossConfig`; see :func:`ppo_clip_loss` for the meaning of each.
+PolicyLoss = Callable[..., tuple[Array, dict[str, Array]]]
+POLICY_LOSSES: dict[str, PolicyLoss] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLoss], PolicyLoss]:
+    """Makes a policy loss selectable by ``algorithm.loss.name`` (``PolicyLossConfig.name``)."""
+
+    def wrap(fn: PolicyLoss) -> PolicyLoss:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"register_policy_loss: {name!r} is already registered")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return wrap
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyLossConfig:
+    """Which policy loss (``name``, a key of :data:`POLICY_LOSSES`) and its settings; validated on construction.
+
+    ``clip_low``/``clip_high`` differ for clip-higher (DAPO: 0.2 / 0.28).
+    ``kl_coef`` > 0 adds the k3 estimator of KL(policy || reference).
+    """
+
+    name: str = "ppo_clip"
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    aggregation: str = "token"
+    max_len: int | None = None
+
+    def __post_init__(self):
+        if self.name not in POLICY_LOSSES:
+            raise ValueError(f"PolicyLossConfig.name: expected one of {sorted(POLICY_LOSSES)}, got {self.name!r}")
+        for name in ("clip_low", "clip_high"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 10.0:
+                raise ValueError(f"PolicyLossConfig.{name}: expected a ratio margin in [0, 10), got {value!r}")
+        for name in ("kl_coef", "entropy_coef"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"PolicyLossConfig.{name}: expected >= 0, got {getattr(self, name)!r}")
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(
+                f"PolicyLossConfig.aggregation: expected one of {sorted(AGGREGATIONS)}, got {self.aggregation!r}"
+            )
+
+
+def kl_k3(logprobs: Array, ref_logprobs: Array) -> Array:
+    """Schulman's k3 estimator of KL(pi || ref) per token: unbiased, always >= 0."""
+    log_ratio = ref_logprobs - logprobs
+    return jnp.exp(log_ratio) - log_ratio - 1.0
+
+
+@register_policy_loss("ppo_clip")
+def ppo_clip_loss(
+    logprobs: Array,
+    old_logprobs: Array,
+    advantages: Array,
+    mask: Array,
+    cfg: PolicyLossConfig,
+    *,
+    ref_logprobs: Array | None = None,
+    entropy: Array | None = None,
+) -> tuple[Array, dict[str, Array]]:
+    """PPO-clip surrogate (GRPO's too): ``-min(r*A, clip(r, 1-eps_low, 1+eps_high)*A)``, ratio ``r`` per sampled token.
+
+    ``old_logprobs`` are the *sampler's* log-probs of the tokens it produced, so
+    the importance ratio stays correct for rollouts one or more steps stale.
+    ``advantages`` are per sequence ``[B]`` (broadcast over tokens) or per token ``[B, T]``.
+    """
+    on = mask > 0
+    mask = mask.astype(logprobs.dtype)
+    adv = advantages[:, None] if advantages.ndim == 1 else advantages
+    # Masked positions (prompt, observations, padding) are zeroed *before* exp so
+    # whatever they hold can neither overflow nor leak into the gradient.
+    log_ratio = jnp.where(on, logprobs - old_logprobs, 0.0)
+    ratio = jnp.exp(log_ratio)
+    clipped = jnp.clip(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
+    per_token = -jnp.minimum(ratio * adv, clipped * adv)
+    aggregate = AGGREGATIONS[cfg.aggregation]
+    pg_loss = aggregate(per_token, mask, cfg.max_len)
+    loss = pg_loss
+    metrics = {
+        "pg_loss": pg_loss,
+        "clip_fraction": token_mean((jnp.abs(ratio - clipped) > 0).astype(mask.dtype), mask),
+        # k3 of KL(old || new): how far this update moved from the sampling policy.
+        "approx_kl_old": token_mean(jnp.exp(-log_ratio) - 1.0 + log_ratio, mask),
+        "ratio_mean": token_mean(ratio, mask),
+    }
+    if ref_logprobs is not None:
+        kl = aggregate(kl_k3(jnp.where(on, logprobs, 0.0), jnp.where(on, ref_logprobs, 0.0)), mask, cfg.max_len)
+        metrics["kl_ref"] = kl
+        loss = loss + cfg.kl_coef * kl
+    if entropy is not None:
+        ent = aggregate(jnp.where(on, entropy, 0.0), mask, cfg.max_len)
+        metrics["entropy"] = ent
+        loss = loss - cfg.entropy_coef * ent
+    metrics["loss"] = loss
+    return loss, metrics
+
+
+def sft_loss(logprobs: Array, mask: Array) -> tuple[Array, dict[str, Array]]:
+    """Masked cross-entropy (mean negative log-likelihood of the target tokens)."""
+    nll = token_mean(-jnp.where(mask > 0, logprobs, 0.0), mask.astype(logprobs.dtype))
+    return nll, {"loss": nll, "sft_nll": nll}
+
+
+def token_logprobs_and_entropy(logits: Array, targets: Array, temperature: float = 1.0) -> tuple[Array, Array]:
+    """Log-prob of each target token and the entropy of each position's distribution.
+
+    ``logits[:, t]`` predicts ``targets[:, t]``. ``temperature`` must match the
+    sampler's, so ratios compare the same distribution the tokens came from.
+    """
+    logits = logits.astype(jnp.float32) / temperature
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    chosen = jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    entropy = -(jnp.exp(logp) * logp).sum(-1)
+    return chosen, entropy

@@ -1,0 +1,123 @@
+"""Supervised warm starts: conversations → token-exact sequences with assistant-only loss masks.
+
+A conversation is encoded piece by piece exactly as a rollout would build it —
+the prompt, each assistant completion (loss mask 1), each tool/user turn
+(mask 0) — so the policy is trained on the same token boundaries it samples
+with. A config names its data (``sft.data``): a demonstration source that an
+environment domain registers (:mod:`envs.demonstrations`, e.g. ``"arithmetic"``;
+the domain knows what its tools print) or ``"jsonl:/path/conversations.jsonl"``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import envs  # noqa: F401 - registers the domains' demonstration sources
+from envs.demonstrations import DEMONSTRATIONS, Conversation, demonstrations
+from rl.generation.tokenizer import Tokenizer
+
+
+def encode_conversation(
+    tok: Tokenizer, messages: Conversation, tools: Sequence[Mapping] | None = None
+) -> tuple[list[int], list[int]]:
+    """``(token_ids, loss_mask)`` with 1 exactly on the assistant completions (and their end token)."""
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
+    if first is None:
+        raise ValueError("encode_conversation: the conversation has no assistant message to learn from")
+    ids = tok.encode_messages(messages[:first], tools=tools, add_generation_prompt=True)
+    mask = [0] * len(ids)
+    i = first
+    while i < len(messages):
+        message = messages[i]
+        if message["role"] != "assistant":
+            raise ValueError(f"encode_conversation: expected an assistant message at {i}, got {message['role']!r}")
+        completion = tok.encode_completion(message)
+        ids += completion
+        mask += [1] * len(completion)
+        j = i + 1
+        while j < len(messages) and messages[j]["role"] != "assistant":
+            j += 1
+        if j > i + 1:
+            turn = tok.completion_suffix_ids(completion) + tok.encode_turn(messages[i + 1 : j])
+            ids += turn
+            mask += [0] * len(turn)
+        i = j
+    return ids, mask
+
+
+JSONL = "jsonl:"
+
+
+def sft_sources() -> list[str]:
+    """What ``sft.data`` may name: the registered demonstration sources, or ``jsonl:PATH``."""
+    return [*sorted(DEMONSTRATIONS), f"{JSONL}PATH"]
+
+
+def is_sft_source(spec: str) -> bool:
+    return isinstance(spec, str) and (spec.startswith(JSONL) or spec in DEMONSTRATIONS)
+
+
+def load_sft_data(spec: str, options: Mapping[str, Any] | None = None) -> list[Conversation]:
+    """The conversations of ``spec`` (see :func:`sft_sources`); ``options`` go to a demonstration source."""
+    if not is_sft_source(spec):
+        raise ValueError(f"sft.data: expected one of {sft_sources()}, got {spec!r}")
+    if not spec.startswith(JSONL):
+        return demonstrations(spec, options)
+    path = Path(spec.removeprefix(JSONL))
+    if not path.exists():
+        raise FileNotFoundError(f"sft.data: {path} does not exist")
+    out = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            record = json.loads(line)
+            messages = record["messages"] if isinstance(record, dict) else record
+            if not isinstance(messages, list):
+                raise ValueError(f"{path}:{n}: expected a list of messages or {{'messages': [...]}}")
+            out.append(messages)
+    return out
+
+
+class SFTData:
+    """Encoded conversations, served in seeded shuffled batches, epoch after epoch.
+
+    Batches mix every kind of conversation in the data. (Grouping batches by
+    length would pad less, but a batch holding one kind of conversation only
+    swings the policy back and forth between them: on the quickstart the
+    tool-calling behaviour never settled.)
+    """
+
+    def __init__(self, tok: Tokenizer, conversations: Sequence[Conversation], *, max_len: int, seed: int = 0):
+        encoded = [encode_conversation(tok, c) for c in conversations]
+        self.sequences = [(ids[:max_len], mask[:max_len]) for ids, mask in encoded]
+        self._rng = np.random.default_rng(seed)
+        self._batches: list[list[int]] = []
+        self._size = 0
+
+    def __len__(self) -> int:
+        return len(self.sequences)
+
+    def _new_epoch(self, size: int) -> None:
+        order = [int(i) for i in self._rng.permutation(len(self.sequences))]
+        batches = [order[j : j + size] for j in range(0, len(order), size)]
+        full = [b for b in batches if len(b) == size]
+        self._batches = (full or batches)[::-1]  # drop a ragged tail when there are full batches
+        self._size = size
+
+    def batch(self, size: int) -> tuple[list[list[int]], list[list[int]]]:
+        if not self._batches or self._size != size:
+            self._new_epoch(size)
+        idx = self._batches.pop()
+        return [self.sequences[i][0] for i in idx], [self.sequences[i][1] for i in idx]
+
+    def state(self) -> dict[str, Any]:
+        return {"batches": self._batches, "size": self._size, "rng": self._rng.bit_generator.state}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self._batches = [list(b) for b in state["batches"]]
+        self._size = int(state["size"])
+        self._rng.bit_generator.state = state["rng"]

@@ -1,0 +1,73 @@
+"""Held-out evaluation: greedy pass rate, and pass@1 / pass@k from ``k`` samples per task.
+
+One :class:`Evaluator` serves both the training loop (before training, at the
+end of SFT, every ``eval.every`` RL steps, at the end) and ``python -m
+rl.evaluate`` on a saved checkpoint, which may ask for more tasks or another
+``k`` than the run used. It needs only a rollout and the evaluation settings,
+never the trainer. The held-out tasks are the same on every call: a fixed-seed
+choice from each pool, in proportion to the pools' weights.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+
+from envs import Task
+from rl.run import trajectory
+from rl.run.episodes import pass_at_k, rollout_metrics
+from rl.run.rollout import Rollout
+from rl.run.settings import EvalSettings
+from rl.run.task_stream import TaskCatalog
+
+_TASK_CHOICE_SEED = 7  # the held-out tasks of a run never depend on its seed
+
+
+def held_out_tasks(settings: EvalSettings, catalog: TaskCatalog) -> list[Task]:
+    """About ``num_tasks`` tasks over the eval pools by weight (at least one per pool), in pool order."""
+    if not settings.pools:
+        return []
+    total_weight = sum(float(p.weight) for p in settings.pools.values())
+    out: list[Task] = []
+    for _, pool in sorted(settings.pools.items()):
+        tasks = list(catalog.pool(pool))
+        n = max(1, round(int(settings.num_tasks) * float(pool.weight) / total_weight))
+        order = np.random.default_rng(_TASK_CHOICE_SEED).permutation(len(tasks))[:n]
+        out += [tasks[i] for i in sorted(order)]
+    return out
+
+
+class Evaluator:
+    """Evaluates the rollout's current policy on fixed held-out tasks.
+
+    Args:
+      rollout: runs the episodes (its sampler holds the policy being evaluated).
+      settings: ``k`` and the sampling temperature for pass@k.
+      tasks: the held-out tasks (:func:`held_out_tasks`).
+    """
+
+    def __init__(self, rollout: Rollout, settings: EvalSettings, tasks: Sequence[Task]):
+        self.rollout, self.settings, self.tasks = rollout, settings, list(tasks)
+
+    def evaluate(self, step: int, workdir: str | os.PathLike) -> dict[str, float]:
+        """Greedy and (with ``k > 0``) sampled episodes of every task; ``eval/...`` metrics.
+
+        The evaluated episodes go to ``<workdir>/trajectories/eval/``, greedy ones first.
+        """
+        greedy = self.rollout.run(self.tasks, step=step, group_size=1, decoding="greedy")
+        out = {
+            k.replace("eval_greedy/pass_rate", "eval/greedy_pass_rate"): v
+            for k, v in rollout_metrics(greedy.episodes, "eval_greedy").items()
+        }
+        episodes = greedy.episodes
+        k = int(self.settings.k)
+        if k > 0:
+            temperature = float(self.settings.temperature)
+            sampled = self.rollout.run(self.tasks, step=step, group_size=k, temperature=temperature)
+            out.update({f"eval/{name}": v for name, v in pass_at_k(sampled.episodes).items()})
+            out["eval/sampled_anomaly_rate"] = rollout_metrics(sampled.episodes)["rollout/anomaly_rate"]
+            episodes = episodes + sampled.episodes
+        trajectory.write_step(workdir, step, episodes, kind="eval", tasks=self.tasks)
+        return out

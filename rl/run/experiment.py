@@ -1,0 +1,185 @@
+"""The live parts of a run, built from its :class:`~rl.run.settings.Settings`.
+
+:func:`build` turns checked settings into mesh, model, tokenizer, sampler,
+sandbox pool, environments, rollout and checkpointer; :mod:`rl.run.trainer`
+trains with them and :mod:`rl.run.evaluation` evaluates with them. A notebook
+can call it too.
+
+``config.json`` records which experiment a workdir holds. It is compared before
+anything is built (a workdir holding a different experiment is refused, naming
+the fields that differ) and written only once every part has been built, so a
+start that fails — a bad model directory, a missing sandbox backend — leaves
+the workdir as it was and the corrected command runs in it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import jax
+from flax import nnx
+
+from envs.sandboxes import Host, PoolConfig, WarmPool
+from rl.generation.sampler import Sampler, SamplerConfig
+from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from rl.learning.learner import Learner
+from rl.models import Transformer, sharding
+from rl.run.checkpoint import Checkpointer
+from rl.run.config_file import CONFIG_FILE, differing_fields, read_config
+from rl.run.metrics import MetricsWriter
+from rl.run.rollout import EnvCache, Rollout, make_env_factory
+from rl.run.settings import ConfigError, ModelSettings, Settings
+from rl.run.task_stream import TaskCatalog
+
+log = logging.getLogger(__name__)
+SAMPLER_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def make_tokenizer(model: ModelSettings) -> Tokenizer:
+    """``"byte"`` (or ``""`` without a model directory): the byte-level tokenizer; else a tokenizer.json."""
+    if model.tokenizer in ("", "byte"):
+        return ByteTokenizer() if not model.path or model.tokenizer == "byte" else HFTokenizer(model.path)
+    return HFTokenizer(model.tokenizer)
+
+
+def make_model(model: ModelSettings, seed: int, mesh: jax.sharding.Mesh) -> Transformer:
+    """The preset initialised from ``seed``, or the Hugging Face checkpoint, created in its shardings."""
+    if model.path:
+        from rl.models.hf import CheckpointError, load_hf_model
+
+        try:
+            return load_hf_model(model.path, mesh=mesh, dtype=model.dtype, param_dtype=model.param_dtype)
+        except CheckpointError as exc:
+            raise ConfigError(f"config.model.path: {exc}") from exc
+    config = model.config
+    return sharding.create_sharded_model(lambda: Transformer(config, rngs=nnx.Rngs(seed)), mesh, sharding.DEFAULT_RULES)
+
+
+def make_pool(settings: Settings) -> WarmPool:
+    """The warm sandbox pool every environment of the run takes its sandboxes from."""
+    s = settings.sandbox
+    episodes = settings.loop.tasks_per_step * settings.rollout.group_size
+    cores = os.cpu_count() or 2
+    # Stateful domains hold a sandbox for a whole episode, so a rollout needs one per episode in
+    # flight; stateless ones (hold_sandbox=False) only one per concurrent tool call.
+    capacity = s.capacity or max(cores, min(episodes, 64))
+    max_sandboxes = max(s.max_sandboxes or capacity, capacity)
+    targets = list(s.hosts) or [s.backend]
+    hosts = [Host(t, capacity=capacity, max_sandboxes=max_sandboxes) for t in targets]
+    return WarmPool(hosts, config=PoolConfig(handle_signals=False))
+
+
+def example_tasks(settings: Settings, catalog: TaskCatalog) -> dict[str, Any]:
+    """One task per domain of the run (environments are built with one and reset with any)."""
+    out: dict[str, Any] = {}
+    for pools in (settings.tasks, settings.eval.pools):
+        for pool in pools.values():
+            for task in catalog.pool(pool):
+                out.setdefault(task.domain, task)
+    return out
+
+
+@dataclasses.dataclass
+class Experiment:
+    """The live parts of one run (see :func:`build`)."""
+
+    settings: Settings
+    workdir: Path
+    catalog: TaskCatalog
+    mesh: jax.sharding.Mesh
+    model: Transformer
+    tokenizer: Tokenizer
+    sampler: Sampler
+    pool: WarmPool
+    rollout: Rollout
+    checkpointer: Checkpointer
+    metrics: MetricsWriter
+
+    def learner(self, phase: str) -> Learner:
+        """A fresh learner of ``phase`` (``"sft"`` or ``"rl"``) on the shared model: RL starts with
+        a fresh optimizer (and, with KL on, the post-SFT policy as its reference)."""
+        if phase not in self.settings.learners:
+            raise ValueError(
+                f"learner(phase=): this run has no {phase!r} steps; phases: {list(self.settings.learners)}"
+            )
+        return Learner(self.model, self.mesh, self.settings.learners[phase])
+
+    def close(self) -> None:
+        self.rollout.close()
+        self.pool.close()
+        self.checkpointer.close()
+        self.metrics.close()
+
+
+def check_workdir(settings: Settings, workdir: Path) -> None:
+    """Refuses a workdir whose ``config.json`` holds another experiment, naming the fields that differ.
+
+    ``loop.steps`` may change: that extends (or shortens) the same run.
+    """
+    if not (workdir / CONFIG_FILE).exists():
+        return
+    differ = differing_fields(read_config(workdir), settings.config, ignore=("loop.steps",))
+    if differ:
+        shown = "; ".join(f"{field}: {old!r} -> {new!r}" for field, old, new in differ[:5])
+        more = f" (and {len(differ) - 5} more)" if len(differ) > 5 else ""
+        raise ConfigError(
+            f"{workdir} holds a different experiment (config.json differs in {shown}{more}); "
+            "use a new --workdir, or the same config to resume"
+        )
+
+
+def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, *, record: bool = True) -> Experiment:
+    """Builds every part of the run in ``workdir``.
+
+    With ``record`` (a training run), the workdir's ``config.json`` is checked first and written
+    once everything is built, and metrics are written; without (evaluating a saved run, whose
+    evaluation settings may differ), neither is touched.
+    """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    is_main = jax.process_index() == 0
+    if record and is_main:
+        check_workdir(settings, workdir)
+    mesh = sharding.make_mesh(dict(settings.mesh_shape))
+    tokenizer = make_tokenizer(settings.model)
+    model = make_model(settings.model, settings.seed, mesh)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise ConfigError(
+            f"config.model: the tokenizer has {tokenizer.vocab_size} ids but the model only "
+            f"{model.config.vocab_size}; use the model's own tokenizer (config.model.tokenizer)"
+        )
+    sampler = Sampler(model, tokenizer, mesh, SamplerConfig(batch_buckets=SAMPLER_BATCH_BUCKETS))
+    pool = make_pool(settings)
+    try:
+        factory = make_env_factory(
+            settings.rollout,
+            sandbox_factory=pool.acquire,
+            sandbox_release=pool.release,
+            example_tasks=example_tasks(settings, catalog),
+        )
+        rollout = Rollout(sampler, tokenizer, settings.rollout, EnvCache(factory), seed=settings.seed)
+        loop = settings.loop
+        checkpointer = Checkpointer(workdir, max_to_keep=loop.keep_checkpoints, every=loop.checkpoint_every)
+    except BaseException:
+        pool.close()
+        raise
+    exp = Experiment(
+        settings=settings,
+        workdir=workdir,
+        catalog=catalog,
+        mesh=mesh,
+        model=model,
+        tokenizer=tokenizer,
+        sampler=sampler,
+        pool=pool,
+        rollout=rollout,
+        checkpointer=checkpointer,
+        metrics=MetricsWriter(workdir, enabled=record and is_main),
+    )
+    if record and is_main:
+        (workdir / CONFIG_FILE).write_text(settings.config_json())
+    return exp

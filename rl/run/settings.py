@@ -1,0 +1,395 @@
+"""An experiment's settings: the config read once, every field checked once, the result frozen.
+
+A config file gives an ``ml_collections.ConfigDict`` (``configs/common.py``
+builds them). :func:`load_settings` turns it into a frozen, typed
+:class:`Settings` — including the rollout and per-phase learner configs — and
+is the only place that judges a field: everything downstream takes the typed
+values as they are. So a bad experiment fails here, before a model is loaded or
+a sandbox started, with an error that names the field and says what would be
+right (``config.rollout.temperature: expected 1.0 for training (...), got 0.7``);
+nothing is silently clamped, and the same rule is never checked twice with
+different bounds. Tasks are loaded through the run's :class:`TaskCatalog`, so
+checking them here costs nothing later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+import types
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import ml_collections as mlc
+
+from rl.learning.advantages import ESTIMATORS
+from rl.learning.learner_config import RAW_LOGPROB_TEMPERATURE, LearnerConfig
+from rl.learning.losses import PolicyLossConfig
+from rl.learning.sft import is_sft_source, sft_sources
+from rl.models import ModelConfig, get_model_config
+from rl.models.sharding import MESH_AXES, resolve_mesh_shape
+from rl.run.rollout import RolloutConfig
+from rl.run.task_stream import TaskCatalog
+
+PHASES = ("sft", "rl")  # a run's stages: the optional supervised warm start, then RL
+BACKENDS = ("bwrap", "docker")
+
+
+class ConfigError(ValueError):
+    """A config field is wrong; the message names it (``config.rollout.group_size: ...``) and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolSettings:
+    """One weighted task pool of the training or evaluation mix."""
+
+    source: str
+    weight: float
+    split: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSettings:
+    """A preset (``config`` resolved, overrides applied) or, with ``path``, a Hugging Face directory."""
+
+    preset: str
+    path: str
+    tokenizer: str
+    dtype: str
+    param_dtype: str
+    overrides: Mapping[str, Any]
+    config: ModelConfig | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxSettings:
+    backend: str
+    hosts: tuple[str, ...]
+    capacity: int
+    max_sandboxes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AlgorithmSettings:
+    """``name`` labels the algorithm; ``advantage`` and ``loss.name`` pick the registered pieces that run."""
+
+    name: str
+    advantage: str
+    dynamic_sampling: bool
+    epochs: int
+    loss: PolicyLossConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTSettings:
+    steps: int
+    data: str
+    batch_size: int
+    options: Mapping[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """Held-out evaluation: greedy pass rate, and pass@1 / pass@k from ``k`` samples at ``temperature``."""
+
+    pools: Mapping[str, PoolSettings]
+    every: int
+    num_tasks: int
+    k: int
+    temperature: float
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSettings:
+    steps: int
+    tasks_per_step: int
+    checkpoint_every: int
+    keep_checkpoints: int
+    max_len: int
+    pack_sequences: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything a run reads from its config, checked. ``config`` is the resolved config as JSON data."""
+
+    seed: int
+    model: ModelSettings
+    mesh_shape: Mapping[str, int]
+    tasks: Mapping[str, PoolSettings]
+    sandbox: SandboxSettings
+    algorithm: AlgorithmSettings
+    rollout: RolloutConfig
+    sft: SFTSettings
+    eval: EvalSettings
+    loop: LoopSettings
+    learners: Mapping[str, LearnerConfig]  # one per phase that has steps
+    config: Mapping[str, Any]
+
+    @property
+    def total_steps(self) -> int:
+        """SFT steps ``1..S`` then RL steps ``S+1..S+R``: steps are numbered across phases."""
+        return self.sft.steps + self.loop.steps
+
+    def phase_at(self, step: int) -> str:
+        """The phase step ``step`` belongs to (``"sft"`` or ``"rl"``)."""
+        return "sft" if step <= self.sft.steps else "rl"
+
+    def config_json(self) -> str:
+        """The text of ``config.json``."""
+        return json.dumps(dict(self.config), indent=2, sort_keys=True) + "\n"
+
+
+# -- field checks ------------------------------------------------------------------------------
+def _need(cond: bool, field: str, expected: str, value: Any) -> None:
+    if not cond:
+        raise ConfigError(f"config.{field}: expected {expected}, got {value!r}")
+
+
+def _int(value: Any, field: str, low: int = 0) -> int:
+    _need(isinstance(value, int) and not isinstance(value, bool) and value >= low, field, f"an int >= {low}", value)
+    return value
+
+
+def _bool(value: Any, field: str) -> bool:
+    _need(isinstance(value, bool), field, "True or False", value)
+    return value
+
+
+def _positive(value: Any, field: str) -> float:
+    _need(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0, field, "a number > 0", value)
+    return value
+
+
+def _fields(node: Any, where: str, known: tuple[str, ...], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``node`` as a dict whose keys are among ``known``, each present unless ``optional``."""
+    path = (lambda key: f"{where}.{key}") if where else str
+    _need(isinstance(node, Mapping), where or "<top>", "a section (see configs/common.py)", node)
+    for key in node:
+        if key not in known:
+            raise ConfigError(unknown_field_message(path(key), known))
+    missing = [k for k in known if k not in node and k not in optional]
+    if missing:
+        raise ConfigError(f"config.{path(missing[0])}: missing; build the config with configs/common.py")
+    return dict(node)
+
+
+def unknown_field_message(path: str, known: Any) -> str:
+    """``config.rollout.group_sise: no such field; did you mean group_size?`` (or the fields there are)."""
+    name = path.rsplit(".", 1)[-1]
+    close = difflib.get_close_matches(name, [str(k) for k in known], n=1)
+    hint = f"did you mean {close[0]}?" if close else f"the fields here are {sorted(map(str, known))}"
+    return f"config.{path}: no such field; {hint}"
+
+
+def _names(cls: type, *, drop: tuple[str, ...] = ()) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in drop)
+
+
+def _renamed(exc: Exception, prefix: str, where: str) -> ConfigError:
+    """A library config's ``Type.field: ...`` error as ``config.<where>.field: ...``."""
+    return ConfigError(re.sub(rf"^{prefix}\.", f"config.{where}.", str(exc)))
+
+
+# -- sections -------------------------------------------------------------------------------------
+_TOP = ("seed", "model", "mesh", "tasks", "sandbox", "algorithm", "optimizer", "rollout", "sft", "eval", "loop")
+_OPTIMIZER = (
+    *("learning_rate", "warmup_steps", "weight_decay", "grad_clip_norm", "microbatches"),
+    *("b1", "b2", "eps", "end_lr_ratio"),
+)
+_SFT = ("steps", "data", "batch_size", "learning_rate", "warmup_steps", "options")
+
+
+def _model(node: Any) -> ModelSettings:
+    m = _fields(node, "model", _names(ModelSettings, drop=("config",)))
+    config = None
+    if m["path"]:
+        path = Path(m["path"])
+        found = (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+        why = "a Hugging Face model directory (config.json + *.safetensors), or '' to use config.model.preset"
+        _need(found, "model.path", why, m["path"])
+    else:
+        try:
+            config = get_model_config(m["preset"], dtype=m["dtype"], param_dtype=m["param_dtype"], **m["overrides"])
+        except KeyError as exc:
+            raise ConfigError(f"config.model.preset: {exc.args[0]}") from exc
+        except (TypeError, ValueError) as exc:
+            field = re.match(r"ModelConfig\.(\w+)", str(exc))
+            where = "model" if field and field.group(1) in ("dtype", "param_dtype") else "model.overrides"
+            raise _renamed(exc, "ModelConfig", where) from exc
+    spec = m["tokenizer"]
+    hf = spec if spec not in ("", "byte") else m["path"] if spec == "" else ""
+    if hf:
+        file = Path(hf) / "tokenizer.json" if Path(hf).is_dir() else Path(hf)
+        _need(file.is_file(), "model.tokenizer", "'byte', or a tokenizer.json (or its directory)", spec or m["path"])
+    return ModelSettings(**{**m, "overrides": types.MappingProxyType(dict(m["overrides"]))}, config=config)
+
+
+def _pools(node: Any, where: str, catalog: TaskCatalog) -> dict[str, PoolSettings]:
+    import envs  # registers the domains
+
+    _need(isinstance(node, Mapping), where, "a mapping of pool name -> configs.common.pool(...)", node)
+    out = {}
+    for name, raw in node.items():
+        p = _fields(raw, f"{where}.{name}", _names(PoolSettings), optional=("weight", "split"))
+        pool = PoolSettings(p["source"], _positive(p.get("weight", 1.0), f"{where}.{name}.weight"), p.get("split"))
+        try:
+            source = catalog.pool(pool)
+        except Exception as exc:  # noqa: BLE001 - any loader failure is a config error here
+            raise ConfigError(f"config.{where}.{name}.source: {exc}") from exc
+        _need(len(source) > 0, f"{where}.{name}", "a pool with tasks (check source and split)", raw)
+        for domain in sorted({t.domain for t in source}):
+            registered = f"tasks of a registered domain {sorted(envs.DOMAINS)}"
+            _need(domain in envs.DOMAINS, f"{where}.{name}", registered, domain)
+        out[name] = pool
+    return out
+
+
+def _algorithm(node: Any, max_len: int) -> AlgorithmSettings:
+    a = _fields(node, "algorithm", _names(AlgorithmSettings))
+    _need(isinstance(a["name"], str) and bool(a["name"]), "algorithm.name", "a label such as 'grpo'", a["name"])
+    _need(a["advantage"] in ESTIMATORS, "algorithm.advantage", f"one of {sorted(ESTIMATORS)}", a["advantage"])
+    _int(a["epochs"], "algorithm.epochs", 1)
+    _bool(a["dynamic_sampling"], "algorithm.dynamic_sampling")
+    loss = _fields(a["loss"], "algorithm.loss", _names(PolicyLossConfig, drop=("max_len",)), optional=("name",))
+    try:
+        a["loss"] = PolicyLossConfig(**loss, max_len=max_len)
+    except (TypeError, ValueError) as exc:
+        raise _renamed(exc, "PolicyLossConfig", "algorithm.loss") from exc
+    return AlgorithmSettings(**a)
+
+
+def _rollout(node: Any, training: bool, min_group: int) -> RolloutConfig:
+    r = _fields(node, "rollout", _names(RolloutConfig))
+    r["env_kwargs"] = {k: dict(v) for k, v in dict(r["env_kwargs"]).items()}
+    try:
+        rollout = RolloutConfig(**r)
+    except (TypeError, ValueError) as exc:
+        raise _renamed(exc, "rollout", "rollout") from exc
+    if training:
+        why = "for training (the learner's importance ratios use the sampler's temperature-1, unfiltered log-probs)"
+        _need(rollout.temperature == RAW_LOGPROB_TEMPERATURE, "rollout.temperature", f"1.0 {why}", rollout.temperature)
+        _need(rollout.top_p == 1.0, "rollout.top_p", f"1.0 {why}", rollout.top_p)
+        _need(rollout.top_k == 0, "rollout.top_k", f"0 {why}", rollout.top_k)
+        need = f"an int >= {min_group} (the advantage estimator needs {min_group} valid episodes of a task)"
+        _need(rollout.group_size >= min_group, "rollout.group_size", need, rollout.group_size)
+    return rollout
+
+
+def _learner(
+    phase: str, optimizer: dict[str, Any], schedule: str, values: dict[str, Any], steps: int, loss: PolicyLossConfig
+) -> LearnerConfig:
+    """The learner of one phase: ``steps`` optimizer steps, rate and warmup from ``config.<schedule>``."""
+    warmup = values["warmup_steps"]
+    why = f"an int in [0, {steps}] (the {phase} phase takes {steps} optimizer steps)"
+    _need(isinstance(warmup, int) and 0 <= warmup <= steps, f"{schedule}.warmup_steps", why, warmup)
+    shared = {k: v for k, v in optimizer.items() if k not in ("learning_rate", "warmup_steps")}
+    try:
+        return LearnerConfig(
+            objective="sft" if phase == "sft" else "policy",
+            learning_rate=values["learning_rate"],
+            warmup_steps=warmup,
+            total_steps=steps,
+            temperature=RAW_LOGPROB_TEMPERATURE,
+            loss=loss,
+            **shared,
+        )
+    except (TypeError, ValueError) as exc:
+        found = re.match(r"LearnerConfig\.(\w+)", str(exc))
+        field = found.group(1) if found else ""
+        where = {"learning_rate": f"{schedule}.learning_rate", "loss": "algorithm.loss"}.get(
+            field, f"optimizer.{field}"
+        )
+        raise ConfigError(re.sub(r"^LearnerConfig\.\w+", f"config.{where}", str(exc))) from exc
+
+
+def _loop(node: Any) -> LoopSettings:
+    loop = _fields(node, "loop", _names(LoopSettings))
+    for key, low in (("steps", 0), ("tasks_per_step", 1), ("checkpoint_every", 1), ("keep_checkpoints", 1)):
+        _int(loop[key], f"loop.{key}", low)
+    _int(loop["max_len"], "loop.max_len", 1)
+    _bool(loop["pack_sequences"], "loop.pack_sequences")
+    return LoopSettings(**loop)
+
+
+def _sandbox(node: Any) -> SandboxSettings:
+    sandbox = _fields(node, "sandbox", _names(SandboxSettings))
+    _need(sandbox["backend"] in BACKENDS, "sandbox.backend", f"one of {BACKENDS}", sandbox["backend"])
+    hosts = sandbox["hosts"]
+    _need(isinstance(hosts, list) and all(isinstance(h, str) for h in hosts), "sandbox.hosts", "daemon URLs", hosts)
+    for key in ("capacity", "max_sandboxes"):
+        _int(sandbox[key], f"sandbox.{key}")
+    return SandboxSettings(**{**sandbox, "hosts": tuple(hosts)})
+
+
+def _sft(node: Any) -> SFTSettings:
+    sft = _fields(node, "sft", _SFT)
+    _int(sft["steps"], "sft.steps")
+    _int(sft["batch_size"], "sft.batch_size", 1)
+    if sft["steps"]:
+        known = f"one of {sft_sources()} when sft.steps > 0"
+        _need(is_sft_source(sft["data"]), "sft.data", known, sft["data"])
+    return SFTSettings(sft["steps"], sft["data"], sft["batch_size"], types.MappingProxyType(dict(sft["options"])))
+
+
+def _eval(node: Any, catalog: TaskCatalog) -> EvalSettings:
+    ev = _fields(node, "eval", _names(EvalSettings))
+    for key, low in (("every", 0), ("num_tasks", 1), ("k", 0)):
+        _int(ev[key], f"eval.{key}", low)
+    temperature = ev["temperature"]
+    _need(isinstance(temperature, (int, float)) and temperature >= 0, "eval.temperature", "a number >= 0", temperature)
+    return EvalSettings(**{**ev, "pools": types.MappingProxyType(_pools(ev["pools"], "eval.pools", catalog))})
+
+
+def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatalog | None = None) -> Settings:
+    """Checks every field of ``config`` and returns the run's frozen :class:`Settings`.
+
+    Raises :class:`ConfigError` naming the first bad field. ``catalog`` loads the task pools
+    (pass the run's, so that later users get them without loading again). Cheap checks come
+    first, so a typo fails before any task set is read.
+    """
+    catalog = catalog if catalog is not None else TaskCatalog()
+    raw = config.to_json_best_effort() if isinstance(config, mlc.ConfigDict) else json.dumps(config)
+    c = _fields(json.loads(raw), "", _TOP)
+    _need(isinstance(c["seed"], int) and not isinstance(c["seed"], bool), "seed", "an int", c["seed"])
+    model, loop, sandbox = _model(c["model"]), _loop(c["loop"]), _sandbox(c["sandbox"])
+    shape = _fields(c["mesh"], "mesh", ("shape",))["shape"]
+    _need(isinstance(shape, Mapping) and set(shape) <= set(MESH_AXES), "mesh.shape", f"axes among {MESH_AXES}", shape)
+    try:
+        resolve_mesh_shape(shape, jax.device_count())
+    except ValueError as exc:
+        raise ConfigError(f"config.mesh.shape: {exc}") from exc
+    algorithm = _algorithm(c["algorithm"], loop.max_len)
+    packable = not loop.pack_sequences or algorithm.loss.aggregation == "token"
+    why = "False when algorithm.loss.aggregation is not 'token' (packed rows hold several sequences)"
+    _need(packable, "loop.pack_sequences", why, loop.pack_sequences)
+    training = loop.steps > 0
+    rollout = _rollout(c["rollout"], training, ESTIMATORS[algorithm.advantage].min_valid)
+    sft = _sft(c["sft"])
+    optimizer = _fields(c["optimizer"], "optimizer", _OPTIMIZER)
+    learners = {}
+    if sft.steps:
+        learners["sft"] = _learner("sft", optimizer, "sft", c["sft"], sft.steps, algorithm.loss)
+    if training:
+        rl_steps = loop.steps * algorithm.epochs
+        learners["rl"] = _learner("rl", optimizer, "optimizer", optimizer, rl_steps, algorithm.loss)
+    tasks = _pools(c["tasks"], "tasks", catalog)
+    _need(bool(tasks) or not training, "tasks", "at least one task pool when loop.steps > 0", c["tasks"])
+    return Settings(
+        seed=c["seed"],
+        model=model,
+        mesh_shape=types.MappingProxyType(dict(shape)),
+        tasks=types.MappingProxyType(tasks),
+        sandbox=sandbox,
+        algorithm=algorithm,
+        rollout=rollout,
+        sft=sft,
+        eval=_eval(c["eval"], catalog),
+        loop=loop,
+        learners=types.MappingProxyType(learners),
+        config=types.MappingProxyType(json.loads(raw)),
+    )

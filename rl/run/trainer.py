@@ -1,0 +1,225 @@
+"""The training loop: optional SFT warm start, then RL steps, with evaluation, metrics and checkpoints.
+
+Steps are numbered globally: ``1..S`` are SFT steps, ``S+1..S+R`` RL steps, so a
+checkpoint at any step says exactly where a resumed run picks up. A step's
+metrics line and trajectories are written *before* its checkpoint; on resume,
+anything written after the restored step is dropped and redone, so a run killed
+with SIGKILL at any point and started again ends with the same parameters and
+metrics as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from envs import Task
+from rl.learning.batch import pack
+from rl.learning.learner import Learner
+from rl.learning.sft import SFTData, load_sft_data
+from rl.run import trajectory
+from rl.run.episodes import assign_advantages, rollout_metrics, train_batch
+from rl.run.evaluation import Evaluator, held_out_tasks
+from rl.run.experiment import Experiment
+from rl.run.task_stream import task_stream
+
+log = logging.getLogger(__name__)
+MAX_REQUEUES = 2  # a task whose environment keeps failing is dropped after this many retries
+
+
+class Trainer:
+    """Runs one experiment to its last step (see the module docstring)."""
+
+    def __init__(self, exp: Experiment):
+        self.exp = exp
+        s = exp.settings
+        self.sft_steps = s.sft.steps
+        self.total = s.total_steps
+        self.tasks = iter(task_stream(s.tasks, exp.catalog, seed=s.seed)) if s.tasks else None
+        self.evaluator = Evaluator(exp.rollout, s.eval, held_out_tasks(s.eval, exp.catalog))
+        self.sft_data = None
+        if self.sft_steps:
+            convs = load_sft_data(s.sft.data, dict(s.sft.options))
+            self.sft_data = SFTData(exp.tokenizer, convs, max_len=s.loop.max_len, seed=s.seed)
+        self.learner: Learner | None = None
+        self.phase = ""
+        self.requeue: list[tuple[Task, int]] = []
+        self.evals: dict[str, dict[str, float]] = {}
+
+    # -- the run -------------------------------------------------------------------
+    def run(self) -> dict[str, dict[str, float]]:
+        exp = self.exp
+        start = self.restore()
+        bar = tqdm(total=self.total, initial=start, desc="agentrl", unit="step", dynamic_ncols=True)
+        started = time.perf_counter()
+        if start == 0 and self.evaluator.tasks:
+            self.evals["init"] = self.evaluator.evaluate(0, exp.workdir)
+            exp.metrics.write(0, {"phase": "init", **self.evals["init"]})
+        for step in range(start + 1, self.total + 1):
+            t0 = time.perf_counter()
+            metrics: dict[str, Any] = {"phase": self._enter_phase(step)}
+            metrics.update(self.sft_step() if metrics["phase"] == "sft" else self.rl_step(step))
+            if self._eval_due(step) and self.evaluator.tasks:
+                result = self.evaluator.evaluate(step, exp.workdir)
+                metrics.update(result)
+                if step == self.sft_steps:
+                    self.evals["after_sft"] = result
+                self.evals["last"] = result
+            metrics["time/step_s"] = time.perf_counter() - t0
+            metrics["time/elapsed_s"] = time.perf_counter() - started  # since this process started the loop
+            exp.metrics.write(step, metrics)
+            if exp.checkpointer.should_save(step, final=step == self.total or step == self.sft_steps):
+                self.save(step)
+            bar.update(1)
+            bar.set_postfix(_postfix(metrics), refresh=False)
+        bar.close()
+        return self.evals
+
+    def _eval_due(self, step: int) -> bool:
+        every = self.exp.settings.eval.every
+        if step == self.total or (self.sft_steps and step == self.sft_steps):
+            return True
+        rl_step = step - self.sft_steps
+        return every > 0 and rl_step > 0 and rl_step % every == 0
+
+    def _enter_phase(self, step: int) -> str:
+        """The phase of ``step``; a new phase gets its own learner (see ``Experiment.learner``)."""
+        phase = self.exp.settings.phase_at(step)
+        if phase != self.phase:
+            self.learner = self.exp.learner(phase)
+            self.phase = phase
+        return phase
+
+    # -- steps ---------------------------------------------------------------------
+    def sft_step(self) -> dict[str, Any]:
+        s = self.exp.settings
+        seqs, masks = self.sft_data.batch(s.sft.batch_size)
+        batch = pack(
+            seqs,
+            masks,
+            [[0.0] * len(seq) for seq in seqs],
+            [0.0] * len(seqs),
+            pad_id=self.exp.tokenizer.pad_id,
+            batch_multiple=self.learner.batch_multiple,
+            max_len=s.loop.max_len,
+            pack_sequences=s.loop.pack_sequences,
+        )
+        t = time.perf_counter()
+        metrics = {k.replace("train/", "sft/"): v for k, v in self.learner.train_step(batch).items()}
+        metrics["time/learn_s"] = time.perf_counter() - t
+        return metrics
+
+    def rl_step(self, step: int) -> dict[str, Any]:
+        exp, s = self.exp, self.exp.settings
+        tasks, retries = self._next_tasks(s.loop.tasks_per_step)
+        result = exp.rollout.run(tasks, step=step)
+        for task in result.requeue:
+            if retries.get(task.id, 0) < MAX_REQUEUES:
+                self.requeue.append((task, retries.get(task.id, 0) + 1))
+        metrics = rollout_metrics(result.episodes)
+        metrics.update(
+            assign_advantages(
+                result.episodes, estimator=s.algorithm.advantage, dynamic_sampling=s.algorithm.dynamic_sampling
+            )
+        )
+        metrics["rollout/requeued"] = float(len(result.requeue))
+        batch = train_batch(
+            result.episodes,
+            pad_id=exp.tokenizer.pad_id,
+            batch_multiple=self.learner.batch_multiple,
+            max_len=s.loop.max_len,
+            pack_sequences=s.loop.pack_sequences,
+        )
+        t = time.perf_counter()
+        if batch is None:
+            metrics["train/skipped"] = 1.0
+        else:
+            for _ in range(s.algorithm.epochs):
+                metrics.update(self.learner.train_step(batch))
+        learn_s = time.perf_counter() - t
+        trajectory.write_step(exp.workdir, step, result.episodes, tasks=tasks)
+        gen, env = result.timing["generate_s"], result.timing["env_s"] + result.timing["reset_s"]
+        metrics.update(
+            {
+                "time/generate_s": gen,
+                "time/env_s": env,
+                "time/learn_s": learn_s,
+                "perf/sampled_tokens_per_s": metrics["rollout/sampled_tokens"] / max(gen, 1e-9),
+            }
+        )
+        metrics.update({k if k.startswith("sandbox/") else f"sandbox/{k}": v for k, v in exp.pool.stats().items()})
+        return metrics
+
+    def _next_tasks(self, n: int) -> tuple[list[Task], dict[str, int]]:
+        """Re-queued tasks first (their environment failed), then the data stream."""
+        chosen, retries = self.requeue[:n], {}
+        self.requeue = self.requeue[n:]
+        tasks = [t for t, _ in chosen]
+        retries = {t.id: r for t, r in chosen}
+        while len(tasks) < n:
+            tasks.append(next(self.tasks))
+        return tasks, retries
+
+    # -- checkpoints -----------------------------------------------------------------
+    def save(self, step: int) -> None:
+        extra = {
+            "step": step,
+            "phase": self.phase,
+            "tasks": self.tasks.get_state() if self.tasks is not None else None,
+            "requeue": [[t.to_dict(), r] for t, r in self.requeue],
+            "sft_data": self.sft_data.state() if self.sft_data is not None else None,
+            "evals": self.evals,
+        }
+        self.exp.checkpointer.save(step, self.learner.state(), _jsonable(extra))
+
+    def restore(self) -> int:
+        """Loads the newest complete checkpoint (if any); returns its step (0 for a fresh run)."""
+        exp = self.exp
+        step = exp.checkpointer.latest_step()
+        if step is None:
+            exp.metrics.truncate_after(-1)
+            trajectory.truncate_after(exp.workdir, -1)
+            return 0
+        self._enter_phase(step)
+        state, extra = exp.checkpointer.restore(step, self.learner.abstract_state())
+        self.learner.load_state(state)
+        if self.tasks is not None and extra.get("tasks") is not None:
+            self.tasks.set_state(extra["tasks"])
+        self.requeue = [(Task.from_dict(t), r) for t, r in extra.get("requeue", [])]
+        if self.sft_data is not None and extra.get("sft_data"):
+            self.sft_data.load_state(extra["sft_data"])
+        self.evals = extra.get("evals", {})
+        exp.metrics.truncate_after(step)
+        trajectory.truncate_after(exp.workdir, step)
+        log.info("resumed from checkpoint %d (%s phase)", step, self.phase)
+        return step
+
+
+def _postfix(metrics: dict[str, Any]) -> dict[str, str]:
+    out = {"phase": metrics.get("phase", "")}
+    for key, label in (
+        ("rollout/reward_mean", "reward"),
+        ("rollout/pass_rate", "pass"),
+        ("sft/loss", "sft_loss"),
+        ("eval/greedy_pass_rate", "eval"),
+        ("time/step_s", "s/step"),
+    ):
+        if key in metrics:
+            out[label] = f"{metrics[key]:.3f}"
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    return value

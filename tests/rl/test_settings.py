@@ -1,0 +1,209 @@
+"""Settings from a config: every bad field named with its fix, once, before anything starts (fast)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from configs import quickstart
+from envs import env_for_domain
+from rl.run import experiment
+from rl.run.evaluation import held_out_tasks
+from rl.run.experiment import build, check_workdir, example_tasks
+from rl.run.rollout import ENV_MIN_TURNS
+from rl.run.settings import ConfigError, load_settings
+from rl.run.task_stream import TaskCatalog, task_stream
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py") if p.stem not in ("__init__", "common"))
+
+
+def _config(**fields):
+    config = quickstart.get_config("test")
+    for field, value in fields.items():
+        *parents, leaf = field.split("__")
+        node = config
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return config
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("rollout__group_size", 1, r"config\.rollout\.group_size: expected an int >= 2"),
+        ("rollout__max_context", 10, r"config\.rollout\.max_context"),
+        ("rollout__max_turns", 1, rf"config\.rollout\.max_turns: expected an int >= {ENV_MIN_TURNS}"),
+        ("rollout__temperature", 0.7, r"config\.rollout\.temperature: expected 1\.0 for training \(.*\), got 0\.7$"),
+        ("rollout__top_p", 0.9, r"config\.rollout\.top_p: expected 1\.0 for training"),
+        ("rollout__top_k", 5, r"config\.rollout\.top_k: expected 0 for training"),
+        ("algorithm__loss__name", "reinforce", r"config\.algorithm\.loss\.name: expected one of \['ppo_clip'\]"),
+        ("algorithm__advantage", "gae", r"config\.algorithm\.advantage: expected one of \["),
+        ("algorithm__loss__clip_low", -1.0, r"config\.algorithm\.loss\.clip_low"),
+        ("optimizer__warmup_steps", 4, r"config\.optimizer\.warmup_steps: expected an int in \[0, 3\] \(the rl phase"),
+        ("sft__warmup_steps", 10, r"config\.sft\.warmup_steps: expected an int in \[0, 4\]"),
+        ("optimizer__b2", 1.0, r"config\.optimizer\.b2: expected a float in \[0, 1\)"),
+        ("sft__learning_rate", 0.0, r"config\.sft\.learning_rate: expected a finite float > 0"),
+        ("sandbox__backend", "podman", r"config\.sandbox\.backend"),
+        ("model__preset", "gpt5", r"config\.model\.preset: unknown model preset 'gpt5'"),
+        ("model__overrides", {"num_kv_heads": 3}, r"config\.model\.overrides\.num_kv_heads"),
+        ("model__path", "/no/such/model", r"config\.model\.path: expected a Hugging Face model directory"),
+        ("mesh__shape", {"data": 3, "fsdp": 1, "tensor": 1}, r"config\.mesh\.shape"),
+        ("loop__tasks_per_step", 0, r"config\.loop\.tasks_per_step"),
+        ("sft__data", "", r"config\.sft\.data"),
+        ("tasks__arithmetic__weight", 0.0, r"config\.tasks\.arithmetic\.weight: expected a number > 0"),
+        ("eval__k", -1, r"config\.eval\.k: expected an int >= 0"),
+    ],
+)
+def test_bad_fields_are_named(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(_config(**{field: value}))
+
+
+def test_unknown_fields_suggest_the_right_one():
+    config = quickstart.get_config("test").to_dict()
+    config["rollout"]["group_sise"] = 4
+    with pytest.raises(ConfigError, match=r"^config\.rollout\.group_sise: no such field; did you mean group_size\?$"):
+        load_settings(config)
+    config = quickstart.get_config("test").to_dict()
+    config["lop"] = {}
+    with pytest.raises(ConfigError, match=r"^config\.lop: no such field; did you mean loop\?$"):
+        load_settings(config)
+
+
+def test_unknown_task_source_is_a_config_error():
+    config = _config(tasks={"x": {"source": "/no/such/tasks.jsonl", "weight": 1.0, "split": None}})
+    with pytest.raises(ConfigError, match=r"config\.tasks\.x\.source"):
+        load_settings(config)
+
+
+def test_rules_that_only_training_needs_do_not_bind_an_eval_only_run():
+    settings = load_settings(_config(loop__steps=0, rollout__temperature=0.7, rollout__group_size=1))
+    assert settings.rollout.temperature == 0.7 and "rl" not in settings.learners
+    batch = load_settings(_config(algorithm__advantage="batch", rollout__group_size=1))  # a batch baseline
+    assert batch.rollout.group_size == 1
+
+
+def test_max_turns_minimum_is_the_environments():
+    env_cls = env_for_domain("arithmetic")
+    task = next(iter(TaskCatalog().get("arithmetic:train")))
+    env_cls(tasks=[task], max_turns=ENV_MIN_TURNS).close()
+    with pytest.raises(ValueError, match="max_turns"):
+        env_cls(tasks=[task], max_turns=ENV_MIN_TURNS - 1)
+    assert load_settings(_config(rollout__max_turns=ENV_MIN_TURNS)).rollout.max_turns == ENV_MIN_TURNS
+
+
+def test_settings_are_frozen_and_typed():
+    settings = load_settings(quickstart.get_config("test"))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.seed = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        settings.learners["rl"] = None  # type: ignore[index]
+    assert settings.learners["sft"].objective == "sft" and settings.learners["rl"].objective == "policy"
+    assert (settings.total_steps, settings.phase_at(4), settings.phase_at(5)) == (7, "sft", "rl")
+
+
+def test_each_task_source_is_loaded_once():
+    from envs import load_tasks
+
+    calls = []
+    catalog = TaskCatalog(lambda spec, split=None: calls.append((spec, split)) or load_tasks(spec, split=split))
+    settings = load_settings(quickstart.get_config("test"), catalog)
+    example_tasks(settings, catalog)
+    held_out_tasks(settings.eval, catalog)
+    next(iter(task_stream(settings.tasks, catalog, seed=0)))
+    assert sorted(calls) == [("arithmetic:eval", None), ("arithmetic:train", None)]
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_shipped_configs_check_their_variants(name):
+    module = importlib.import_module(f"configs.{name}")
+    load_settings(module.get_config("test"))
+    with pytest.raises(
+        ValueError, match=rf"--config=configs/{name}\.py:tset: no variant 'tset'; use configs/{name}\.py:test"
+    ):
+        module.get_config("tset")
+
+
+def test_a_workdir_is_refused_for_another_experiment_naming_the_fields(tmp_path):
+    settings = load_settings(quickstart.get_config("test"))
+    (tmp_path / "config.json").write_text(settings.config_json())
+    check_workdir(settings, tmp_path)  # the same experiment resumes
+    check_workdir(load_settings(_config(loop__steps=5)), tmp_path)  # ... and may be extended
+    other = load_settings(_config(rollout__group_size=3, seed=2))
+    with pytest.raises(
+        ConfigError,
+        match=r"holds a different experiment \(config\.json differs in rollout\.group_size: 4 -> 3; seed: 0 -> 2\)",
+    ):
+        check_workdir(other, tmp_path)
+
+
+def test_a_failed_start_leaves_the_workdir_usable(tmp_path, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ConfigError("config.model.path: not a model")
+
+    monkeypatch.setattr(experiment, "make_model", broken)
+    catalog = TaskCatalog()
+    with pytest.raises(ConfigError):
+        build(load_settings(quickstart.get_config("test"), catalog), tmp_path, catalog)
+    assert not (tmp_path / "config.json").exists()  # the fixed command is not taken for another experiment
+
+
+# -- as a new user meets them: one line on stderr, exit status 2 -------------------------------------
+def _train(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu"}
+    cmd = [sys.executable, "-m", "rl.train", *args]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--config=configs/quickstart.py:tset"],
+            "error: --config=configs/quickstart.py:tset: no variant 'tset'; use configs/quickstart.py:test, "
+            "or configs/quickstart.py alone for the full experiment",
+        ),
+        (
+            ["--config=configs/quickstart.py:test", "--config.rollout.group_sise=4"],
+            "error: config.rollout.group_sise: no such field; did you mean group_size?",
+        ),
+        (
+            ["--config=configs/quickstart.py:test", "--config.rollout.temperature=0.7"],
+            "error: config.rollout.temperature: expected 1.0 for training (the learner's importance ratios use "
+            "the sampler's temperature-1, unfiltered log-probs), got 0.7",
+        ),
+    ],
+)
+def test_config_mistakes_end_in_one_line(tmp_path, flags, message):
+    proc = _train(*flags, f"--workdir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == message and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_an_empty_model_directory_is_named_and_the_workdir_stays_usable(tmp_path):
+    (tmp_path / "empty").mkdir()
+    proc = _train(
+        "--config=configs/quickstart.py:test",
+        f"--config.model.path={tmp_path / 'empty'}",
+        f"--workdir={tmp_path / 'run'}",
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: config.model.path: expected a Hugging Face model")
+    assert not (tmp_path / "run" / "config.json").exists()
+    check_workdir(load_settings(quickstart.get_config("test")), tmp_path / "run")  # the fixed command may start
+
+
+def test_config_json_round_trips_into_the_same_settings():
+    settings = load_settings(quickstart.get_config("test"))
+    again = load_settings(json.loads(settings.config_json()))
+    assert again == settings
