@@ -36,6 +36,7 @@ tasks) and may override the hooks :meth:`setup_sandbox`, :meth:`build_messages`,
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -329,7 +330,8 @@ class AgentEnv(gym.Env[str, str]):
                 record.output = f"Error: {record.error}"
             else:
                 try:
-                    result = self.tools[item.name](ctx, item.arguments)
+                    scratch = f"/tmp/.agentrl-{episode.turns}-{item.index}"
+                    result = self.tools[item.name](dataclasses.replace(ctx, scratch=scratch), item.arguments)
                 except SandboxInfraError as exc:
                     record.error = f"sandbox failure: {exc}"
                     records.append(record)

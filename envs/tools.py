@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import secrets
 import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -57,6 +56,10 @@ class ToolContext:
     task: Any
     timeout_s: float = DEFAULT_TIMEOUT_S
     max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS
+    # Where a tool may put a scratch file (outside the workspace, so it never shows in the agent's
+    # repository). Named by the call's place in the episode, never at random: the name can appear in
+    # what the model reads (a traceback), and everything the model reads must follow from the seed.
+    scratch: str = "/tmp/.agentrl-scratch"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,9 +161,8 @@ def _timeout(ctx: ToolContext, arguments: Mapping[str, Any]) -> float:
     return float(min(requested, MAX_TIMEOUT_S)) if requested else ctx.timeout_s
 
 
-def _scratch(suffix: str) -> str:
-    # Outside the workspace so scratch files never show up in the agent's repository.
-    return f"/tmp/.agentrl-{secrets.token_hex(6)}{suffix}"
+def _scratch(ctx: ToolContext, suffix: str) -> str:
+    return f"{ctx.scratch}{suffix}"
 
 
 # -- the built-in tools -------------------------------------------------------------
@@ -169,7 +171,7 @@ def _bash(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
 
 
 def _python(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
-    path = _scratch(".py")
+    path = _scratch(ctx, ".py")
     ctx.sandbox.write_files({path: arguments["code"]})
     try:
         return _process_result(ctx, ["python3", path], _timeout(ctx, arguments))
@@ -212,7 +214,7 @@ def _apply_patch(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
     if not re.search(r"^--- ", patch, re.M) or not re.search(r"^\+\+\+ ", patch, re.M):
         msg = "the patch must be a unified diff with '--- old' and '+++ new' file headers and @@ hunks"
         return ToolResult(output=f"Error: apply_patch: {msg}", error=msg)
-    path = _scratch(".diff")
+    path = _scratch(ctx, ".diff")
     ctx.sandbox.write_files({path: patch})
     strip = patch_strip_level(patch)
     # Dry run first, so a patch with one bad hunk changes nothing.
