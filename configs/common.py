@@ -206,9 +206,13 @@ def loop(
     keep_checkpoints: int = 3,
     max_len: int = 2048,
     pack_sequences: bool = True,
+    max_anomaly_rate: float = 0.5,
+    anomaly_patience: int = 3,
 ) -> mlc.ConfigDict:
     """The outer loop. ``pack_sequences`` puts several trajectories in one row of the learner's batch
-    (needs ``algorithm.loss.aggregation="token"``; set False for sequence/constant aggregation)."""
+    (needs ``algorithm.loss.aggregation="token"``; set False for sequence/constant aggregation).
+    The circuit breaker stops a run whose episodes are more than ``max_anomaly_rate`` anomalies
+    (environment failures) for ``anomaly_patience`` RL steps in a row (``max_anomaly_rate=1``: off)."""
     return mlc.ConfigDict(
         {
             "steps": steps,
@@ -217,6 +221,8 @@ def loop(
             "keep_checkpoints": keep_checkpoints,
             "max_len": max_len,
             "pack_sequences": pack_sequences,
+            "max_anomaly_rate": max_anomaly_rate,
+            "anomaly_patience": anomaly_patience,
         }
     )
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sandbox import Backend, Host, PoolConfig, Sandbox, SandboxSpec, WarmPool, get_backend
+from sandbox import Backend, Host, PoolConfig, Sandbox, SandboxInfraError, SandboxSpec, WarmPool, get_backend
 
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
 SandboxRelease = Callable[[Sandbox], None]
@@ -61,6 +61,7 @@ __all__ = [
     "Host",
     "PoolConfig",
     "SandboxFactory",
+    "SandboxInfraError",
     "SandboxRelease",
     "WarmPool",
     "resolve_backend",

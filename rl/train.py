@@ -28,6 +28,7 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: config, metrics, trajectories, checkpoints.")
 flags.mark_flags_as_required(["config", "workdir"])
 USAGE_ERROR = 2
+RUN_FAILED = 1
 
 
 def summarize(evals: dict, workdir: str, seconds: float) -> str:
@@ -116,11 +117,18 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE_ERROR
+    from rl.run.preflight import PreflightError, RunAborted
+
+    trainer = Trainer(exp)
     try:
-        evals = Trainer(exp).run()
+        evals = trainer.run()
+    except (PreflightError, RunAborted) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return RUN_FAILED
     finally:
         exp.close()
-    print(summarize(evals, _WORKDIR.value, time.perf_counter() - start), flush=True)
+    elapsed = getattr(trainer, "elapsed", None) or time.perf_counter() - start  # a resumed run counts all its time
+    print(summarize(evals, _WORKDIR.value, elapsed), flush=True)
     return 0
 
 

@@ -11,7 +11,9 @@ kernel is ``(embed, q_heads, head_dim)``, so tensor parallelism splits whole hea
 
 Masking is by *key validity* rather than by padding side: a ``KVCache`` records which slots hold
 real tokens, and a query attends to valid slots at or before its own slot. Positions (for RoPE)
-are passed per row, so a left-padded prompt sees exactly the positions it would see alone.
+are passed per row, so a left-padded prompt sees exactly the positions it would see alone. A
+``SlotCache`` (for the decode engine) instead gives every row its own length: each row holds one
+sequence from position 0 and appends where it left off.
 """
 
 from __future__ import annotations
@@ -95,6 +97,41 @@ class KVCache:
         )
 
 
+@struct.dataclass
+class SlotCache:
+    """Keys/values of independent sequences, one per row (a *slot*), each stored from position 0.
+
+    A :class:`KVCache`'s rows share one write index, which suits a batch of left-padded prompts
+    generated together. A decode engine inserts, continues and drops sequences one at a time, so
+    here every slot has its own length: slot position ``i`` holds the token at RoPE position ``i``,
+    a key is valid iff its position is below the slot's length, and no mask is stored.
+
+    Attributes:
+      k, v: one ``[slots, num_kv_heads, max_len, head_dim]`` array per layer (the KVCache layout).
+      lengths: ``[slots]`` int32, tokens held by each slot.
+      rows: ``[batch]`` int32 or None: the slot each input row reads and writes (None: row ``i``
+        is slot ``i``, the whole cache decodes). Rows ``>= slots`` are padding: their writes are
+        dropped and their outputs meaningless.
+      window: static; attention reads only the first ``window`` positions of each slot (0: all).
+        Must exceed every row's last position in the chunk; a smaller window is a cheaper step.
+    """
+
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
+    lengths: jax.Array
+    rows: jax.Array | None = None
+    window: int = struct.field(pytree_node=False, default=0)
+
+    @classmethod
+    def zeros(cls, config: ModelConfig, slots: int, max_len: int, rules: Rules = DEFAULT_RULES) -> SlotCache:
+        kv = KVCache.zeros(config, slots, max_len, rules)
+        return cls(k=kv.k, v=kv.v, lengths=jnp.zeros((slots,), jnp.int32))
+
+    @property
+    def max_len(self) -> int:
+        return self.k[0].shape[2]
+
+
 class RMSNorm(nnx.Module):
     def __init__(self, dim: int, eps: float, param_dtype: jnp.dtype, rngs: nnx.Rngs | None):
         self.eps = eps
@@ -146,11 +183,7 @@ class Attention(nnx.Module):
         rules: Rules,
         segment_ids: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-        cfg = self.config
-        b, s, _ = x.shape
-        q = _rotate(self._project(x, "q"), cos, sin)
-        k = _rotate(self._project(x, "k"), cos, sin)
-        v = self._project(x, "v")
+        q, k, v = self._qkv(x, cos, sin)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [b, kv, s, d]: the cache layout
         if cache_kv is not None:
             logical = ("batch", "kv_heads", "cache_seq", "head_dim")
@@ -159,6 +192,56 @@ class Attention(nnx.Module):
             cache_kv = (k_all, v_all)
         else:
             k_all, v_all = k, v
+        # Query i (absolute slot index + i) sees valid slots at or before itself.
+        s, t = x.shape[1], k_all.shape[2]
+        causal = jnp.arange(t)[None, :] <= (index + jnp.arange(s))[:, None]
+        mask = causal[None, :, :] & key_mask[:, None, :]
+        if segment_ids is not None:  # packed rows: a token sees only its own sequence
+            mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
+        return self._attend(q, k_all, v_all, mask), cache_kv
+
+    def call_slots(
+        self,
+        x: jax.Array,
+        cos: jax.Array,
+        sin: jax.Array,
+        cache_kv: tuple[jax.Array, jax.Array],
+        starts: jax.Array,
+        rows: jax.Array | None,
+        window: int,
+        rules: Rules,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """Attention against a :class:`SlotCache` layer: row ``b`` writes its chunk at cache slot
+        ``rows[b]``, positions ``starts[b] + i``, then its query ``i`` reads that slot's keys at
+        positions ``<= starts[b] + i`` within the first ``window`` positions."""
+        q, k, v = self._qkv(x, cos, sin)  # k, v: [b, s, kv, d]
+        b, s, _ = x.shape
+        pos = starts[:, None] + jnp.arange(s, dtype=starts.dtype)[None, :]
+        slot = (jnp.arange(b, dtype=jnp.int32) if rows is None else rows)[:, None]
+        logical = ("batch", "kv_heads", "cache_seq", "head_dim")
+        # A scatter, one position per (row, token): rows write at their own lengths. Writes past
+        # the cache's end, or by padding rows (slot index >= slots), are dropped.
+        k_cache = constrain(cache_kv[0].at[slot, :, pos].set(k, mode="drop"), logical, rules)
+        v_cache = constrain(cache_kv[1].at[slot, :, pos].set(v, mode="drop"), logical, rules)
+        if rows is None:
+            k_all, v_all = k_cache[:, :, :window], v_cache[:, :, :window]
+        else:
+            k_all = jnp.take(k_cache[:, :, :window], rows, axis=0, mode="clip")
+            v_all = jnp.take(v_cache[:, :, :window], rows, axis=0, mode="clip")
+        mask = jnp.arange(window)[None, None, :] <= pos[:, :, None]
+        return self._attend(q, k_all, v_all, mask), (k_cache, v_cache)
+
+    def _qkv(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Rotated queries and keys, and values, each ``[batch, seq, heads, head_dim]``."""
+        return _rotate(self._project(x, "q"), cos, sin), _rotate(self._project(x, "k"), cos, sin), self._project(x, "v")
+
+    def _attend(self, q: jax.Array, k_all: jax.Array, v_all: jax.Array, mask: jax.Array) -> jax.Array:
+        """Output projection of ``softmax(q k^T) v`` over the keys ``mask`` (``[b, s, t]``) allows.
+
+        ``q`` is ``[b, s, heads, head_dim]``; ``k_all``, ``v_all`` are ``[b, kv_heads, t, head_dim]``.
+        """
+        cfg = self.config
+        b, s = q.shape[:2]
         groups = cfg.num_heads // cfg.num_kv_heads
         q = q.reshape(b, s, cfg.num_kv_heads, groups, cfg.head_dim)
         f32 = jnp.float32
@@ -172,12 +255,6 @@ class Attention(nnx.Module):
         else:
             scores = jnp.einsum("bskgd,bktd->bkgst", q, k_all, preferred_element_type=f32)
         scores = scores * (cfg.head_dim**-0.5)
-        # Query i (absolute slot index + i) sees valid slots at or before itself.
-        t = k_all.shape[2]
-        causal = jnp.arange(t)[None, :] <= (index + jnp.arange(s))[:, None]
-        mask = causal[None, :, :] & key_mask[:, None, :]
-        if segment_ids is not None:  # packed rows: a token sees only its own sequence
-            mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
         scores = jnp.where(mask[:, None, None], scores, jnp.finfo(jnp.float32).min)
         probs = jax.nn.softmax(scores, axis=-1).astype(cfg.compute_dtype)
         if fused_decode:
@@ -188,7 +265,7 @@ class Attention(nnx.Module):
         # A plain 2-D matmul against the [heads*head_dim, embed] view of the output weight: an
         # einsum over (heads, head_dim) let XLA:CPU transpose the whole weight on every call.
         o = self.o[...].astype(cfg.compute_dtype).reshape(cfg.num_heads * cfg.head_dim, -1)
-        return out @ o, cache_kv
+        return out @ o
 
 
 class MLP(nnx.Module):
@@ -244,9 +321,9 @@ class Transformer(nnx.Module):
         tokens: jax.Array,
         positions: jax.Array,
         input_mask: jax.Array | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | SlotCache | None = None,
         segment_ids: jax.Array | None = None,
-    ) -> tuple[jax.Array, KVCache | None]:
+    ) -> tuple[jax.Array, KVCache | SlotCache | None]:
         """Final-norm hidden states ``[batch, seq, embed]`` and the updated cache.
 
         Args:
@@ -255,6 +332,9 @@ class Transformer(nnx.Module):
           input_mask: ``[batch, seq]`` bool, False for padding tokens (never attended to).
           cache: if given, this chunk is written at ``cache.index`` and attends to everything
             valid in the cache before it; the returned cache has ``index`` advanced by ``seq``.
+            A :class:`SlotCache` instead: row ``b`` is written at its slot's own length (pass
+            ``positions`` = that length + ``0..seq-1``, valid tokens first in ``input_mask``) and
+            the slot's length grows by its valid tokens.
           segment_ids: ``[batch, seq]`` int, for rows that pack several sequences (training only,
             no cache): a token attends only to tokens of its own segment; pass per-segment
             ``positions`` too.
@@ -270,6 +350,8 @@ class Transformer(nnx.Module):
         freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(rope_frequencies(cfg))
         freqs = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
         cos, sin = jnp.cos(freqs).astype(cfg.compute_dtype), jnp.sin(freqs).astype(cfg.compute_dtype)
+        if isinstance(cache, SlotCache):
+            return self._hidden_states_slots(x, cos, sin, input_mask, cache)
         if cache is not None:
             index = cache.index
             key_mask = jax.lax.dynamic_update_slice(cache.mask, input_mask, (0, index))
@@ -286,6 +368,29 @@ class Transformer(nnx.Module):
                 new_v.append(kv[1])
         if cache is not None:
             cache = KVCache(k=tuple(new_k), v=tuple(new_v), mask=key_mask, index=index + s)
+        return self.final_norm(x), cache
+
+    def _hidden_states_slots(
+        self, x: jax.Array, cos: jax.Array, sin: jax.Array, input_mask: jax.Array, cache: SlotCache
+    ) -> tuple[jax.Array, SlotCache]:
+        """:meth:`hidden_states` against a :class:`SlotCache`: each row appends at its slot's length."""
+        rules = self.rules
+        window = cache.window or cache.max_len
+        starts = cache.lengths if cache.rows is None else jnp.take(cache.lengths, cache.rows, mode="clip")
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            kv = (cache.k[i], cache.v[i])
+            attn, kv = layer.attn.call_slots(layer.attn_norm(x), cos, sin, kv, starts, cache.rows, window, rules)
+            x = constrain(x + attn, ("batch", "seq", "embed"), rules)
+            x = constrain(x + layer.mlp(layer.mlp_norm(x)), ("batch", "seq", "embed"), rules)
+            new_k.append(kv[0])
+            new_v.append(kv[1])
+        added = jnp.sum(input_mask, axis=1, dtype=jnp.int32)
+        if cache.rows is None:
+            lengths = cache.lengths + added
+        else:
+            lengths = cache.lengths.at[cache.rows].add(added, mode="drop")
+        cache = cache.replace(k=tuple(new_k), v=tuple(new_v), lengths=lengths)
         return self.final_norm(x), cache
 
     def head_weight(self) -> jax.Array:
@@ -308,9 +413,9 @@ class Transformer(nnx.Module):
         tokens: jax.Array,
         positions: jax.Array | None = None,
         input_mask: jax.Array | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | SlotCache | None = None,
         segment_ids: jax.Array | None = None,
-    ) -> tuple[jax.Array, KVCache | None]:
+    ) -> tuple[jax.Array, KVCache | SlotCache | None]:
         """``(logits [batch, seq, vocab] float32, cache)``; positions default to ``0..seq-1``."""
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)

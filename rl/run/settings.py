@@ -111,6 +111,10 @@ class LoopSettings:
     keep_checkpoints: int
     max_len: int
     pack_sequences: bool
+    # The circuit breaker: the run stops when more than this share of a step's episodes are
+    # anomalies (the environment failed, not the model) for ``anomaly_patience`` steps in a row.
+    max_anomaly_rate: float = 0.5
+    anomaly_patience: int = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,11 +312,15 @@ def _learner(
 
 
 def _loop(node: Any) -> LoopSettings:
-    loop = _fields(node, "loop", _names(LoopSettings))
+    loop = _fields(node, "loop", _names(LoopSettings), optional=("max_anomaly_rate", "anomaly_patience"))
     for key, low in (("steps", 0), ("tasks_per_step", 1), ("checkpoint_every", 1), ("keep_checkpoints", 1)):
         _int(loop[key], f"loop.{key}", low)
     _int(loop["max_len"], "loop.max_len", 1)
     _bool(loop["pack_sequences"], "loop.pack_sequences")
+    rate = loop.get("max_anomaly_rate", LoopSettings.max_anomaly_rate)
+    _need(isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1, "loop.max_anomaly_rate",
+          "a share in [0, 1] (1 turns the circuit breaker off)", rate)  # fmt: skip
+    _int(loop.get("anomaly_patience", LoopSettings.anomaly_patience), "loop.anomaly_patience", 1)
     return LoopSettings(**loop)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from envs import Task
 from rl.learning.batch import pack
@@ -25,6 +26,7 @@ from rl.run import trajectory
 from rl.run.episodes import assign_advantages, rollout_metrics, train_batch
 from rl.run.evaluation import Evaluator, held_out_tasks
 from rl.run.experiment import Experiment
+from rl.run.preflight import CircuitBreaker, preflight
 from rl.run.task_stream import task_stream
 
 log = logging.getLogger(__name__)
@@ -49,34 +51,51 @@ class Trainer:
         self.phase = ""
         self.requeue: list[tuple[Task, int]] = []
         self.evals: dict[str, dict[str, float]] = {}
+        self.breaker = CircuitBreaker(s.loop.max_anomaly_rate, s.loop.anomaly_patience)
+        self.elapsed_before = 0.0  # run time spent by earlier processes of this run (restored)
 
     # -- the run -------------------------------------------------------------------
     def run(self) -> dict[str, dict[str, float]]:
+        """Runs to the last step; log lines go above the progress bar, never through it."""
+        with logging_redirect_tqdm():
+            return self._run()
+
+    def _run(self) -> dict[str, dict[str, float]]:
         exp = self.exp
-        start = self.restore()
-        bar = tqdm(total=self.total, initial=start, desc="agentrl", unit="step", dynamic_ncols=True)
         started = time.perf_counter()
+        bar = tqdm(total=self.total, desc="agentrl", unit="step", dynamic_ncols=True)
+        bar.set_postfix_str("pre-flight: a sandbox and a gold episode per domain", refresh=True)
+        checks = preflight(exp)
+        start = self.restore()
+        bar.update(start)
         if start == 0 and self.evaluator.tasks:
+            bar.set_postfix_str(f"evaluating {len(self.evaluator.tasks)} held-out tasks before step 1", refresh=True)
             self.evals["init"] = self.evaluator.evaluate(0, exp.workdir)
-            exp.metrics.write(0, {"phase": "init", **self.evals["init"]})
+            init = {"phase": "init", **self.evals["init"], **{f"time/preflight/{d}": s for d, s in checks.items()}}
+            exp.metrics.write(0, init)
         for step in range(start + 1, self.total + 1):
             t0 = time.perf_counter()
             metrics: dict[str, Any] = {"phase": self._enter_phase(step)}
             metrics.update(self.sft_step() if metrics["phase"] == "sft" else self.rl_step(step))
             if self._eval_due(step) and self.evaluator.tasks:
+                bar.set_postfix_str(f"step {step}: evaluating {len(self.evaluator.tasks)} held-out tasks", refresh=True)
                 result = self.evaluator.evaluate(step, exp.workdir)
                 metrics.update(result)
                 if step == self.sft_steps:
                     self.evals["after_sft"] = result
                 self.evals["last"] = result
             metrics["time/step_s"] = time.perf_counter() - t0
-            metrics["time/elapsed_s"] = time.perf_counter() - started  # since this process started the loop
+            # The run's time, across every process that ran it (a resumed run continues the clock).
+            metrics["time/elapsed_s"] = self.elapsed_before + time.perf_counter() - started
             exp.metrics.write(step, metrics)
             if exp.checkpointer.should_save(step, final=step == self.total or step == self.sft_steps):
-                self.save(step)
+                self.save(step, metrics["time/elapsed_s"])
+            bar.set_postfix(_postfix(metrics), refresh=False)  # shown by the update below: this step's status
             bar.update(1)
-            bar.set_postfix(_postfix(metrics), refresh=False)
+            if metrics["phase"] == "rl":
+                self.breaker.observe(step, metrics, exp.settings.sandbox.backend)
         bar.close()
+        self.elapsed = self.elapsed_before + time.perf_counter() - started
         return self.evals
 
     def _eval_due(self, step: int) -> bool:
@@ -165,9 +184,10 @@ class Trainer:
         return tasks, retries
 
     # -- checkpoints -----------------------------------------------------------------
-    def save(self, step: int) -> None:
+    def save(self, step: int, elapsed_s: float) -> None:
         extra = {
             "step": step,
+            "elapsed_s": elapsed_s,
             "phase": self.phase,
             "tasks": self.tasks.get_state() if self.tasks is not None else None,
             "requeue": [[t.to_dict(), r] for t, r in self.requeue],
@@ -193,6 +213,7 @@ class Trainer:
         if self.sft_data is not None and extra.get("sft_data"):
             self.sft_data.load_state(extra["sft_data"])
         self.evals = extra.get("evals", {})
+        self.elapsed_before = float(extra.get("elapsed_s", 0.0))
         exp.metrics.truncate_after(step)
         trajectory.truncate_after(exp.workdir, step)
         log.info("resumed from checkpoint %d (%s phase)", step, self.phase)
@@ -206,6 +227,7 @@ def _postfix(metrics: dict[str, Any]) -> dict[str, str]:
         ("rollout/pass_rate", "pass"),
         ("sft/loss", "sft_loss"),
         ("eval/greedy_pass_rate", "eval"),
+        ("rollout/anomaly_rate", "anomalies"),
         ("time/step_s", "s/step"),
     ):
         if key in metrics:

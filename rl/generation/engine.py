@@ -1,0 +1,495 @@
+"""A slot-based decode engine for multi-turn rollouts: insert turns, step, collect finished turns.
+
+:class:`~rl.generation.sampler.Sampler` runs a batch of whole prompts to completion, so a rollout
+re-prefills every episode's entire context on every turn and each batch waits for its slowest
+decode. The engine instead keeps a fixed number of *slots*, each holding one sequence's KV cache
+(:class:`~rl.models.transformer.SlotCache`: per-slot lengths, every sequence stored from position 0)
+across turns:
+
+  - ``add(seq_id, token_ids, params, seed)`` queues a turn: the whole prompt for a new sequence,
+    only the appended tokens (an observation) for one that continues; ``step()`` prefills queued
+    turns into slots and runs decode steps for every decoding slot; finished turns come back as
+    the sampler's :class:`~rl.generation.sampler.Completion`. A continuing turn prefills only the
+    previous turn's last sampled token (never in the cache) and its new tokens.
+  - A turn finishing frees its slot for decoding at once; the sequence keeps its cache there,
+    idle, until its next turn or :meth:`DecodeEngine.release`. When a new sequence needs a slot
+    and none is free, the least recently used idle sequence's cache moves to host memory
+    (``page_out``) and comes back into a free slot when its next turn arrives.
+  - Shapes are bucketed: prefill programs by (rows, chunk length, attention window), decode
+    programs by attention window (the cache prefix every decoding slot fits in), so a run compiles
+    a handful. The cache and the slot state are donated to every program (updated in place).
+  - Sampling is the sampler's (see :mod:`rl.generation.engine_programs`), so a first turn gives
+    the sampler's tokens for the same prompt, settings and seed, and a request's tokens depend
+    neither on its neighbours nor on when it was inserted.
+
+Host bookkeeping (which sequence holds which slot, how many tokens its cache holds, its turn so far)
+lives here; the device holds the cache and each slot's last token, step count and settings.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from rl.generation.engine_programs import (
+    SlotState,
+    decode_program,
+    head_program,
+    prefill_program,
+    read_slot,
+    write_slot,
+)
+from rl.generation.sampler import Completion, SamplingParams, _stop_string_cut
+from rl.generation.tokenizer import Tokenizer
+from rl.models.sharding import host_to_sharded, named_sharding
+from rl.models.transformer import SlotCache, Transformer
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """Sizes of a :class:`DecodeEngine`.
+
+    Attributes:
+      slots: sequences decoded at once (rounded up to the mesh's batch parallelism).
+      max_len: cache length per sequence: prompt + every turn + every observation.
+      prefill_buckets: padded chunk lengths of a prefill; longer pending tokens are prefilled in
+        chunks of the largest.
+      page_out: when every slot is taken, an idle sequence's cache moves to host memory.
+      decode_steps: decode steps per :meth:`DecodeEngine.step` call (>1 amortises the host round
+        trip; a turn finishing mid-call idles its slot for the rest of it).
+      prefill_tokens: the most padded tokens (rows x chunk) one prefill call computes; rows of one
+        chunk bucket are batched up to this, in powers of two.
+      window_min: the smallest attention window; windows are powers of two from here up to
+        ``max_len`` (and ``max_len`` itself).
+      stop_width: the most stop token ids a request may carry.
+    """
+
+    slots: int = 64
+    max_len: int = 2048
+    prefill_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048)
+    page_out: bool = True
+    decode_steps: int = 1
+    prefill_tokens: int = 2048
+    window_min: int = 256
+    stop_width: int = 8
+
+    def __post_init__(self) -> None:
+        for field in ("slots", "max_len", "decode_steps", "prefill_tokens", "window_min", "stop_width"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"EngineConfig.{field}: expected an int >= 1, got {value!r}")
+        buckets = tuple(self.prefill_buckets)
+        if (
+            not buckets
+            or any(not isinstance(b, int) or b < 1 for b in buckets)
+            or list(buckets) != sorted(set(buckets))
+        ):
+            raise ValueError(f"EngineConfig.prefill_buckets: expected increasing ints >= 1, got {buckets!r}")
+        object.__setattr__(self, "prefill_buckets", buckets)
+
+    def windows(self) -> tuple[int, ...]:
+        sizes, w = [], min(self.window_min, self.max_len)
+        while w < self.max_len:
+            sizes.append(w)
+            w *= 2
+        return (*sizes, self.max_len)
+
+
+@dataclasses.dataclass
+class _Seq:
+    """Host view of one sequence: where its cache is, how long it is, its turn in flight."""
+
+    slot: int | None = None
+    paged: tuple[list[np.ndarray], list[np.ndarray]] | None = None
+    length: int = 0  # tokens in its cache
+    pending: list[int] = dataclasses.field(default_factory=list)  # to prefill before the turn decodes
+    params: SamplingParams | None = None  # the turn in flight, if any
+    seed: int = 0
+    stops: tuple[int, ...] = ()
+    start: int = 0  # cache length when the turn's first token was sampled
+    ids: list[int] = dataclasses.field(default_factory=list)
+    logprobs: list[float] = dataclasses.field(default_factory=list)
+    raw: list[float] = dataclasses.field(default_factory=list)
+    used: int = 0  # LRU clock
+
+
+def _bucket(n: int, buckets: Sequence[int]) -> int:
+    return buckets[min(bisect.bisect_left(buckets, n), len(buckets) - 1)]
+
+
+class DecodeEngine:
+    """Decodes many sequences' turns at once in fixed slots, keeping each sequence's KV cache.
+
+    Args:
+      model: the policy (read in place on every call, as the sampler; see :meth:`update_weights`).
+      tokenizer: stop ids, the pad id, decoding and the vocabulary limit.
+      mesh: the model's mesh; slots are split over its ``data`` and ``fsdp`` axes.
+      config: sizes.
+
+    Not thread-safe: one caller drives ``add`` / ``step`` / ``release``.
+    """
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, mesh: Mesh, config: EngineConfig | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.mesh = mesh
+        self.config = cfg = config or EngineConfig()
+        self._graphdef, state = nnx.split(model)
+        self._state: Any = None
+        self._head: tuple[Any, jax.Array] | None = None  # (the array it was made from, the head)
+        self._state_shardings = jax.tree.map(lambda x: x.sharding, state)
+        self._vocab_limit = min(tokenizer.vocab_size, model.config.vocab_size)
+        sizes = dict(mesh.shape)
+        multiple = sizes.get("data", 1) * sizes.get("fsdp", 1)
+        self.slots = -(-cfg.slots // multiple) * multiple
+        self._stop_width = max(cfg.stop_width, len(tokenizer.stop_token_ids))
+        self._programs: dict[tuple, Any] = {}
+        self._seqs: dict[Hashable, _Seq] = {}
+        self._queue: collections.deque[Hashable] = collections.deque()
+        self._owner: list[Hashable | None] = [None] * self.slots
+        self._decoding = np.zeros(self.slots, bool)
+        self._clock = 0
+        self._stats = dict.fromkeys(
+            ("prefill_tokens", "prefill_tokens_reused", "decode_steps", "paged_out", "paged_in"), 0
+        )
+        with jax.set_mesh(mesh):
+            self._cache = jax.jit(
+                lambda: SlotCache.zeros(model.config, self.slots, cfg.max_len, model.rules),
+                out_shardings=self._cache_shardings(),
+            )()
+            self._slot_state = jax.jit(
+                lambda: SlotState.zeros(self.slots, self._stop_width), out_shardings=self._slot_shardings()
+            )()
+
+    # -- shardings --------------------------------------------------------------------
+    def _batch_sharding(self, shape: tuple[int, ...]) -> NamedSharding:
+        return named_sharding(self.mesh, ("batch",) + (None,) * (len(shape) - 1), shape, self.model.rules)
+
+    def _cache_shardings(self) -> SlotCache:
+        cfg = self.model.config
+        shape = (self.slots, cfg.num_kv_heads, self.config.max_len, cfg.head_dim)
+        kv = named_sharding(self.mesh, ("batch", "kv_heads", "cache_seq", "head_dim"), shape, self.model.rules)
+        layers = (kv,) * cfg.num_layers
+        return SlotCache(k=layers, v=layers, lengths=self._batch_sharding((self.slots,)))
+
+    def _slot_shardings(self) -> SlotState:
+        one = self._batch_sharding((self.slots,))
+        fields = {f.name: one for f in dataclasses.fields(SlotState)}
+        return SlotState(**{**fields, "stop_ids": self._batch_sharding((self.slots, self._stop_width))})
+
+    def _params_state(self) -> tuple[Any, jax.Array]:
+        """The parameters to decode with, placed as the programs expect, and their LM head.
+
+        The head is remade only when the array it comes from changes (a new state, an in-place
+        update of the module): for tied embeddings it is a transposed copy of the table.
+        """
+        state = self._state if self._state is not None else nnx.state(self.model)
+        state = jax.tree.map(lambda x, s: x if x.sharding == s else jax.device_put(x, s), state, self._state_shardings)
+        source = jax.tree.leaves(state["embed" if self.model.config.tie_embeddings else "lm_head"])[0]
+        if self._head is None or self._head[0] is not source:
+            program = self._jit(("head",), lambda: head_program(self._graphdef), (self._state_shardings,), None, ())
+            self._head = (source, program(state))
+        return state, self._head[1]
+
+    def _jit(self, key: tuple, build: Any, in_shardings: tuple, out_shardings: Any, donate: tuple[int, ...]) -> Any:
+        if key not in self._programs:
+            self._programs[key] = jax.jit(
+                build(), in_shardings=in_shardings, out_shardings=out_shardings, donate_argnums=donate
+            )
+        return self._programs[key]
+
+    # -- public API -------------------------------------------------------------------
+    def update_weights(self, state_or_model: Any) -> None:
+        """Decodes with these parameters from now on (as :meth:`Sampler.update_weights`).
+
+        Caches already filled keep the keys and values of the weights that computed them.
+        """
+        if isinstance(state_or_model, nnx.Module):
+            if nnx.split(state_or_model)[0] != self._graphdef:
+                raise ValueError("update_weights: the model's structure differs from the engine's model")
+            self.model, self._state = state_or_model, None
+        else:
+            self._state = state_or_model
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and nothing decoding."""
+        return not self._queue and not self._decoding.any()
+
+    @property
+    def compiled_programs(self) -> set[tuple]:
+        """Keys of the programs compiled so far: ("prefill", rows, chunk, window), ("decode", window), ..."""
+        return set(self._programs)
+
+    def stats(self) -> dict[str, float]:
+        """Counters: prefill_tokens (prefilled), prefill_tokens_reused (context a turn found in its
+        cache), decode_steps, slots_busy, paged_out, paged_in, compiled_programs."""
+        busy = sum(o is not None for o in self._owner)
+        return {**{k: float(v) for k, v in self._stats.items()}, "slots_busy": float(busy),
+                "compiled_programs": float(len(self._programs))}  # fmt: skip
+
+    def add(self, seq_id: Hashable, token_ids: Sequence[int], params: SamplingParams, seed: int) -> None:
+        """Queue one turn of ``seq_id``: append ``token_ids`` to its sequence (the whole prompt for a new
+        sequence; only the new tokens, e.g. an observation, for one that continues), then generate until a
+        stop token, a stop string or ``params.max_new_tokens``. A sequence has at most one turn in flight."""
+        if not isinstance(params, SamplingParams):
+            raise TypeError(f"add(params=): expected SamplingParams, got {type(params).__name__}")
+        seq = self._seqs.get(seq_id)
+        if seq is not None and seq.params is not None:
+            raise ValueError(f"add(seq_id={seq_id!r}): this sequence already has a turn in flight")
+        if seq is None and len(token_ids) == 0:
+            raise ValueError(f"add(token_ids=): empty prompt for new sequence {seq_id!r}")
+        stops = params.stop_token_ids if params.stop_token_ids is not None else self.tokenizer.stop_token_ids
+        if len(stops) > self._stop_width:
+            raise ValueError(f"add(params=): {len(stops)} stop_token_ids, at most {self._stop_width} (stop_width)")
+        held = 0 if seq is None else seq.length + len(seq.pending)
+        total = held + len(token_ids) + params.max_new_tokens - 1
+        limit = min(self.config.max_len, self.model.config.max_position_embeddings)
+        if total > limit:
+            raise ValueError(
+                f"add(token_ids=, params=): sequence {seq_id!r} would reach {total} cached tokens ({held} held + "
+                f"{len(token_ids)} new + max_new_tokens={params.max_new_tokens} - 1), over the limit {limit} "
+                f"(EngineConfig.max_len / max_position_embeddings)"
+            )
+        if seq is None:
+            seq = self._seqs[seq_id] = _Seq()
+        seq.pending += [int(t) for t in token_ids]
+        seq.params, seq.seed, seq.stops = params, int(seed), tuple(stops)
+        seq.ids, seq.logprobs, seq.raw = [], [], []
+        self._queue.append(seq_id)
+
+    def release(self, seq_id: Hashable) -> None:
+        """Drops a sequence, its turn in flight if any, and its cache (the episode ended)."""
+        seq = self._seqs.pop(seq_id, None)
+        if seq is None:
+            raise KeyError(f"release(seq_id={seq_id!r}): unknown sequence")
+        if seq_id in self._queue:
+            self._queue.remove(seq_id)
+        if seq.slot is not None:
+            self._owner[seq.slot], self._decoding[seq.slot] = None, False
+
+    def step(self) -> list[tuple[Hashable, Completion]]:
+        """One iteration: prefill queued turns into slots (a new sequence takes a free slot; a continuing one
+        its own slot, or is paged back in), then ``decode_steps`` decode steps for every decoding slot.
+        Returns the turns that finished in this iteration; their slots stop decoding at once."""
+        finished: list[tuple[Hashable, Completion]] = []
+        with jax.set_mesh(self.mesh):
+            state = self._params_state()  # (parameters, LM head)
+            ready = self._admit()
+            if ready:
+                finished += self._prefill(state, ready)
+            if self._decoding.any():
+                finished += self._decode(state)
+        return finished
+
+    # -- slots ------------------------------------------------------------------------
+    def _admit(self) -> list[Hashable]:
+        """Gives queued turns slots, in order, paging idle sequences out as needed; returns the admitted."""
+        ready, waiting = [], collections.deque()
+        while self._queue:
+            seq_id = self._queue.popleft()
+            seq = self._seqs[seq_id]
+            if seq.slot is None:
+                slot = self._free_slot()
+                if slot is None:
+                    waiting.append(seq_id)
+                    continue
+                self._owner[slot], seq.slot = seq_id, slot
+                if seq.paged is not None:
+                    self._page_in(seq, slot)
+            ready.append(seq_id)
+        self._queue = waiting
+        if waiting and not ready and not self._decoding.any():
+            raise RuntimeError(
+                f"step: {len(waiting)} queued turns but every slot holds an idle sequence and page_out is off; "
+                "release finished sequences or enable EngineConfig.page_out"
+            )
+        return ready
+
+    def _free_slot(self) -> int | None:
+        for slot, owner in enumerate(self._owner):
+            if owner is None:
+                return slot
+        if not self.config.page_out:
+            return None
+        idle = [(self._seqs[o].used, s) for s, o in enumerate(self._owner) if self._seqs[o].params is None]
+        if not idle:
+            return None
+        _, slot = min(idle)
+        self._page_out(slot)
+        return slot
+
+    def _page_out(self, slot: int) -> None:
+        seq = self._seqs[self._owner[slot]]
+        key = ("page_out",)
+        program = self._jit(key, lambda: read_slot, (self._cache_shardings(), None), None, ())
+        k, v = jax.device_get(program(self._cache, np.int32(slot)))
+        seq.paged = ([x[:, : seq.length].copy() for x in k], [x[:, : seq.length].copy() for x in v])
+        self._owner[slot], seq.slot = None, None
+        self._stats["paged_out"] += 1
+
+    def _page_in(self, seq: _Seq, slot: int) -> None:
+        cfg = self.model.config
+        rows = []
+        for part in seq.paged:
+            full = []
+            for x in part:
+                row = np.zeros((cfg.num_kv_heads, self.config.max_len, cfg.head_dim), x.dtype)
+                row[:, : x.shape[1]] = x
+                full.append(row)
+            rows.append(tuple(full))
+        shardings = self._cache_shardings()
+        program = self._jit(("page_in",), lambda: write_slot, (shardings, None, None, None), shardings, (0,))
+        self._cache = program(self._cache, np.int32(slot), *rows)
+        seq.paged = None
+        self._stats["paged_in"] += 1
+
+    # -- prefill and decode -------------------------------------------------------------
+    def _prefill(self, state: Any, ready: list[Hashable]) -> list[tuple[Hashable, Completion]]:
+        """Prefills every admitted turn's pending tokens (long ones chunk by chunk); samples first tokens."""
+        cfg, finished = self.config, []
+        for seq_id in ready:
+            self._stats["prefill_tokens_reused"] += self._seqs[seq_id].length
+        todo = list(ready)
+        while todo:
+            groups: dict[int, list[Hashable]] = collections.defaultdict(list)
+            for seq_id in todo:
+                n = min(len(self._seqs[seq_id].pending), cfg.prefill_buckets[-1])
+                groups[_bucket(n, cfg.prefill_buckets)].append(seq_id)
+            for chunk, members in sorted(groups.items()):
+                most = 1 << max(0, (cfg.prefill_tokens // chunk).bit_length() - 1)
+                for i in range(0, len(members), most):
+                    finished += self._prefill_call(state, chunk, members[i : i + most])
+            # Still prefilling: neither decoding nor finished on its first token.
+            todo = [s for s in todo if self._seqs[s].params is not None and not self._decoding[self._seqs[s].slot]]
+        return finished
+
+    def _prefill_call(self, state: Any, chunk: int, members: list[Hashable]) -> list[tuple[Hashable, Completion]]:
+        rows = 1 << (len(members) - 1).bit_length()
+        seqs = [self._seqs[s] for s in members]
+        take = [min(len(s.pending), chunk) for s in seqs]
+        window = _bucket(max(s.length + n for s, n in zip(seqs, take, strict=True)), self.config.windows())
+        slot = np.full(rows, self.slots, np.int32)  # padding rows point past the cache: dropped
+        starts, valid, max_new = (np.zeros(rows, np.int32) for _ in range(3))
+        tokens = np.full((rows, chunk), self.tokenizer.pad_id, np.int32)
+        temperature, top_p = np.zeros(rows, np.float32), np.ones(rows, np.float32)
+        top_k, seeds = np.zeros(rows, np.int32), np.zeros(rows, np.uint32)
+        stop_ids = np.full((rows, self._stop_width), -1, np.int32)
+        for r, (seq, n) in enumerate(zip(seqs, take, strict=True)):
+            p = seq.params
+            slot[r], starts[r], valid[r], tokens[r, :n] = seq.slot, seq.length, n, seq.pending[:n]
+            temperature[r], top_k[r], top_p[r], max_new[r] = p.temperature, p.top_k, p.top_p, p.max_new_tokens
+            seeds[r], stop_ids[r, : len(seq.stops)] = seq.seed % 2**32, seq.stops
+        args = (slot, starts, tokens, valid, seeds, temperature, top_k, top_p, max_new, stop_ids)
+        in_shardings = (self._state_shardings, None, self._cache_shardings(), self._slot_shardings())
+        in_shardings += tuple(self._batch_sharding(a.shape) for a in args)
+        out_shardings = (
+            self._cache_shardings(),
+            self._slot_shardings(),
+            *(NamedSharding(self.mesh, PartitionSpec()),) * 3,
+        )
+        program = self._jit(
+            ("prefill", rows, chunk, window),
+            lambda: prefill_program(self._graphdef, self._vocab_limit, window),
+            in_shardings,
+            out_shardings,
+            (2, 3),
+        )
+        args = tuple(host_to_sharded(a, self._batch_sharding(a.shape)) for a in args)
+        self._cache, self._slot_state, token, lp, raw = program(*state, self._cache, self._slot_state, *args)
+        token, lp, raw = jax.device_get((token, lp, raw))
+        finished = []
+        for r, (seq_id, seq, n) in enumerate(zip(members, seqs, take, strict=True)):
+            seq.pending, seq.length = seq.pending[n:], seq.length + n
+            self._stats["prefill_tokens"] += n
+            if seq.pending:
+                continue
+            seq.start = seq.length
+            self._decoding[seq.slot] = True
+            done = self._extend(seq, [int(token[r])], [float(lp[r])], [float(raw[r])], still=True)
+            if done is not None:
+                finished.append((seq_id, done))
+        return finished
+
+    def _decode(self, state: Any) -> list[tuple[Hashable, Completion]]:
+        active = self._decoding.copy()
+        steps = self.config.decode_steps
+        longest = max(self._seqs[self._owner[s]].length for s in np.flatnonzero(active))
+        window = _bucket(min(longest + steps, self.config.max_len), self.config.windows())
+        cache, slot_state = self._cache_shardings(), self._slot_shardings()
+        replicated = NamedSharding(self.mesh, PartitionSpec())
+        program = self._jit(
+            ("decode", window, steps),
+            lambda: decode_program(self._graphdef, self._vocab_limit, window, steps, self.tokenizer.pad_id),
+            (self._state_shardings, None, cache, slot_state, self._batch_sharding(active.shape)),
+            (cache, slot_state, *(replicated,) * 5),
+            (2, 3),
+        )
+        active_in = host_to_sharded(active, self._batch_sharding(active.shape))
+        self._cache, self._slot_state, *out = program(*state, self._cache, self._slot_state, active_in)
+        tokens, lps, raws, count, still = jax.device_get(out)
+        self._stats["decode_steps"] += int(count.max())
+        finished = []
+        for slot in np.flatnonzero(active):
+            seq_id = self._owner[slot]
+            seq, n = self._seqs[seq_id], int(count[slot])
+            seq.length += n
+            done = self._extend(seq, tokens[slot, :n].tolist(), lps[slot, :n].tolist(), raws[slot, :n].tolist(),
+                                still=bool(still[slot]))  # fmt: skip
+            if done is not None:
+                finished.append((seq_id, done))
+        return finished
+
+    def _extend(self, seq: _Seq, ids: list[int], lps: list[float], raws: list[float], still: bool) -> Completion | None:
+        """Appends a turn's new tokens; the Completion if the turn ended (its slot then stops decoding)."""
+        seq.ids += ids
+        seq.logprobs += lps
+        seq.raw += raws
+        p = seq.params
+        last = seq.ids[-1]
+        stopped = last in seq.stops
+        going = still and not stopped and len(seq.ids) < p.max_new_tokens
+        if going and not (p.stop_strings and self._stop_string_in_tail(seq, len(ids))):
+            return None
+        return self._complete(seq, stopped)
+
+    def _stop_string_in_tail(self, seq: _Seq, new: int) -> bool:
+        """Whether a stop string ends within the ``new`` last tokens (earlier ones were checked already).
+
+        A token decodes to at least one byte and a character is at most 4, so a string of ``c``
+        characters spans at most ``4c`` tokens; two more absorb a character split at the edge.
+        """
+        span = new + 4 * max(len(s) for s in seq.params.stop_strings) + 2
+        text = self.tokenizer.decode(seq.ids[-span:])
+        return any(s in text for s in seq.params.stop_strings)
+
+    def _complete(self, seq: _Seq, stopped: bool) -> Completion:
+        """The turn's Completion (cut at a stop string, as the sampler); the sequence turns idle."""
+        ids, p = seq.ids, seq.params
+        stop: int | str | None = ids[-1] if stopped else None
+        if p.stop_strings:
+            cut = _stop_string_cut(self.tokenizer, ids, p.stop_strings)
+            if cut is not None:
+                ids, stop, stopped = ids[: cut[0]], cut[1], True
+        n = len(ids)
+        # The cache holds the turn's tokens but its last: the next turn prefills that one first.
+        seq.length, seq.pending = seq.start + n - 1, [ids[-1]]
+        self._decoding[seq.slot] = False
+        self._clock += 1
+        seq.params, seq.used = None, self._clock
+        return Completion(
+            token_ids=list(ids),
+            logprobs=seq.logprobs[:n],
+            raw_logprobs=seq.raw[:n],
+            finish_reason="stop" if stopped else "length",
+            stop=stop,
+            text=self.tokenizer.decode(ids),
+        )
