@@ -57,13 +57,16 @@ class Trainer:
     # -- the run -------------------------------------------------------------------
     def run(self) -> dict[str, dict[str, float]]:
         """Runs to the last step; log lines go above the progress bar, never through it."""
-        with logging_redirect_tqdm():
-            return self._run()
+        bar = tqdm(total=self.total, desc="agentrl", unit="step", dynamic_ncols=True)
+        try:
+            with logging_redirect_tqdm():
+                return self._run(bar)
+        finally:
+            bar.close()  # before any error is printed: the error gets a line of its own
 
-    def _run(self) -> dict[str, dict[str, float]]:
+    def _run(self, bar: tqdm) -> dict[str, dict[str, float]]:
         exp = self.exp
         started = time.perf_counter()
-        bar = tqdm(total=self.total, desc="agentrl", unit="step", dynamic_ncols=True)
         bar.set_postfix_str("pre-flight: a sandbox and a gold episode per domain", refresh=True)
         checks = preflight(exp)
         start = self.restore()
@@ -94,7 +97,6 @@ class Trainer:
             bar.update(1)
             if metrics["phase"] == "rl":
                 self.breaker.observe(step, metrics, exp.settings.sandbox.backend)
-        bar.close()
         self.elapsed = self.elapsed_before + time.perf_counter() - started
         return self.evals
 
