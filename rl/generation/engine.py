@@ -31,6 +31,8 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import operator
+import weakref
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -143,8 +145,10 @@ class DecodeEngine:
         self.mesh = mesh
         self.config = cfg = config or EngineConfig()
         self._graphdef, state = nnx.split(model)
-        self._state: Any = None
-        self._head: tuple[Any, jax.Array] | None = None  # (the array it was made from, the head)
+        self._state: Any = None  # a pinned nnx.State (update_weights), else the module's
+        self._module_state = nnx.state(model)  # its Variables: in-place updates are seen
+        self._placed: list[weakref.ref] = []  # parameter arrays known to be placed right
+        self._head: tuple[weakref.ref, jax.Array] | None = None  # (the array it was made from, the head)
         self._state_shardings = jax.tree.map(lambda x: x.sharding, state)
         self._vocab_limit = min(tokenizer.vocab_size, model.config.vocab_size)
         sizes = dict(mesh.shape)
@@ -188,15 +192,23 @@ class DecodeEngine:
     def _params_state(self) -> tuple[Any, jax.Array]:
         """The parameters to decode with, placed as the programs expect, and their LM head.
 
-        The head is remade only when the array it comes from changes (a new state, an in-place
-        update of the module): for tied embeddings it is a transposed copy of the table.
+        Called every step, so it avoids work when nothing changed: the module's state is read once
+        (its Variables see in-place updates), placement is checked only for arrays not seen
+        before, and the head (a transposed copy of a tied embedding) is remade only when the
+        array it comes from changes. Weak references: the engine never keeps stale weights alive.
         """
-        state = self._state if self._state is not None else nnx.state(self.model)
-        state = jax.tree.map(lambda x, s: x if x.sharding == s else jax.device_put(x, s), state, self._state_shardings)
+        state = self._state if self._state is not None else self._module_state
+        leaves = jax.tree.leaves(state)
+        if len(leaves) != len(self._placed) or any(r() is not x for r, x in zip(self._placed, leaves, strict=False)):
+            shardings = self._state_shardings
+            state = jax.tree.map(lambda x, s: x if x.sharding == s else jax.device_put(x, s), state, shardings)
+            placed = jax.tree.leaves(state)
+            # Arrays moved here are this call's copies: check the caller's arrays again next time.
+            self._placed = [weakref.ref(x) for x in leaves] if all(map(operator.is_, placed, leaves)) else []
         source = jax.tree.leaves(state["embed" if self.model.config.tie_embeddings else "lm_head"])[0]
-        if self._head is None or self._head[0] is not source:
+        if self._head is None or self._head[0]() is not source:
             program = self._jit(("head",), lambda: head_program(self._graphdef), (self._state_shardings,), None, ())
-            self._head = (source, program(state))
+            self._head = (weakref.ref(source), program(state))
         return state, self._head[1]
 
     def _jit(self, key: tuple, build: Any, in_shardings: tuple, out_shardings: Any, donate: tuple[int, ...]) -> Any:
@@ -215,7 +227,7 @@ class DecodeEngine:
         if isinstance(state_or_model, nnx.Module):
             if nnx.split(state_or_model)[0] != self._graphdef:
                 raise ValueError("update_weights: the model's structure differs from the engine's model")
-            self.model, self._state = state_or_model, None
+            self.model, self._state, self._module_state = state_or_model, None, nnx.state(state_or_model)
         else:
             self._state = state_or_model
 
