@@ -72,9 +72,11 @@ def grpo(
     aggregation: str = "token",
     dynamic_sampling: bool = False,
     epochs: int = 1,
+    tis_cap: float = 0.0,
 ) -> mlc.ConfigDict:
     """GRPO and its published variants (Dr. GRPO: ``advantage="dr_grpo", aggregation="constant"``;
-    DAPO: ``clip_high=0.28, dynamic_sampling=True``).
+    DAPO: ``clip_high=0.28, dynamic_sampling=True``). ``tis_cap`` > 0: truncated importance sampling
+    for stale samples of an asynchronous run (``loop.max_staleness`` > 0; e.g. 2.0).
 
     ``name`` labels the run; what runs is the advantage estimator ``advantage``
     (``rl.learning.advantages.ESTIMATORS``) and the policy loss ``policy_loss``
@@ -93,6 +95,7 @@ def grpo(
                 "kl_coef": kl_coef,
                 "entropy_coef": entropy_coef,
                 "aggregation": aggregation,
+                "tis_cap": tis_cap,
             },
         }
     )
@@ -145,6 +148,9 @@ def rollout(
     render_tools: bool = True,
     env_workers: int = 8,
     tool_timeout_s: float = 30.0,
+    engine: bool = True,
+    engine_slots: int = 0,
+    step_deadline_s: float = 600.0,
 ) -> mlc.ConfigDict:
     """How episodes are sampled (``rl.run.rollout.RolloutConfig``). Training samples at temperature 1
     with no top-p / top-k: the learner's importance ratios use the sampler's unfiltered log-probs."""
@@ -161,6 +167,9 @@ def rollout(
             "env_workers": env_workers,
             "tool_timeout_s": tool_timeout_s,
             "env_kwargs": {},
+            "engine": engine,
+            "engine_slots": engine_slots,
+            "step_deadline_s": step_deadline_s,
         }
     )
 
@@ -208,11 +217,14 @@ def loop(
     pack_sequences: bool = True,
     max_anomaly_rate: float = 0.5,
     anomaly_patience: int = 3,
+    max_staleness: int = 0,
 ) -> mlc.ConfigDict:
     """The outer loop. ``pack_sequences`` puts several trajectories in one row of the learner's batch
     (needs ``algorithm.loss.aggregation="token"``; set False for sequence/constant aggregation).
     The circuit breaker stops a run whose episodes are more than ``max_anomaly_rate`` anomalies
-    (environment failures) for ``anomaly_patience`` RL steps in a row (``max_anomaly_rate=1``: off)."""
+    (environment failures) for ``anomaly_patience`` RL steps in a row (``max_anomaly_rate=1``: off).
+    ``max_staleness`` > 0 makes RL asynchronous: step t trains on episodes sampled by the policy of
+    step t - 1 - max_staleness, so sampling the next steps overlaps this step's update (0: on-policy)."""
     return mlc.ConfigDict(
         {
             "steps": steps,
@@ -223,6 +235,7 @@ def loop(
             "pack_sequences": pack_sequences,
             "max_anomaly_rate": max_anomaly_rate,
             "anomaly_patience": anomaly_patience,
+            "max_staleness": max_staleness,
         }
     )
 

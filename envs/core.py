@@ -251,6 +251,16 @@ class AgentEnv(gym.Env[str, str]):
         truncated = episode.done and not terminated
         return observation, reward, terminated, truncated, info
 
+    def step_sandbox(self, action: str) -> SandboxSpec | None:
+        """The sandbox ``step(action)`` will lease for its tool calls, or None (it holds one, or calls no tool).
+
+        A scheduler that runs steps leases it for the step and lends it through the environment's
+        ``sandbox_factory`` (:class:`envs.sandboxes.LentSandboxes`).
+        """
+        if self.hold_sandbox or self.sandbox is not None or not parse_tool_calls(action).has_tool_syntax:
+            return None
+        return self.spec_for_sandbox
+
     def abandon(self, reason: str = "abandoned") -> None:
         """Ends the episode unverified because the *caller* stopped it (e.g. its context is full).
 

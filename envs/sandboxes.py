@@ -20,9 +20,24 @@ pool from the names re-exported here (:class:`WarmPool`, :class:`Host`,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from sandbox import Backend, Host, PoolConfig, Sandbox, SandboxInfraError, SandboxSpec, WarmPool, get_backend
+from sandbox import (
+    Backend,
+    Host,
+    Job,
+    JobResult,
+    PoolConfig,
+    RetryPolicy,
+    Sandbox,
+    SandboxInfraError,
+    SandboxSpec,
+    Scheduler,
+    WarmPool,
+    get_backend,
+)
 
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
 SandboxRelease = Callable[[Sandbox], None]
@@ -56,13 +71,54 @@ class FreshSandboxes:
         """Nothing is held between episodes."""
 
 
+class LentSandboxes:
+    """Sandboxes lent to an environment for one step by whoever runs the step (a scheduler job).
+
+    A :class:`Scheduler` job leases a pooled sandbox and runs ``env.step`` inside :meth:`lend`;
+    the environment's ``sandbox_factory`` (:meth:`acquire`) then returns that sandbox, and its
+    ``sandbox_release`` leaves it to the scheduler, which resets and reuses it. Outside a lend
+    (``reset`` of a domain that holds its sandbox for the whole episode) both fall through to
+    ``acquire`` / ``release`` given here (the warm pool's). Thread-local: each job's thread lends
+    its own sandbox.
+    """
+
+    def __init__(self, acquire: SandboxFactory, release: SandboxRelease):
+        self._acquire, self._release = acquire, release
+        self._local = threading.local()
+
+    @contextmanager
+    def lend(self, sandbox: Sandbox | None) -> Iterator[None]:
+        previous = getattr(self._local, "sandbox", None)
+        self._local.sandbox = sandbox
+        try:
+            yield
+        finally:
+            self._local.sandbox = previous
+
+    def acquire(self, spec: SandboxSpec) -> Sandbox:
+        lent = getattr(self._local, "sandbox", None)
+        return lent if lent is not None else self._acquire(spec)
+
+    def release(self, sandbox: Sandbox) -> None:
+        if sandbox is not getattr(self._local, "sandbox", None):
+            self._release(sandbox)
+
+    def __deepcopy__(self, memo: dict) -> LentSandboxes:
+        return self
+
+
 __all__ = [
     "FreshSandboxes",
     "Host",
+    "Job",
+    "JobResult",
+    "LentSandboxes",
     "PoolConfig",
+    "RetryPolicy",
     "SandboxFactory",
     "SandboxInfraError",
     "SandboxRelease",
+    "Scheduler",
     "WarmPool",
     "resolve_backend",
 ]

@@ -72,6 +72,11 @@ class EngineConfig:
       window_min: the smallest attention window; windows are powers of two from here up to
         ``max_len`` (and ``max_len`` itself).
       stop_width: the most stop token ids a request may carry.
+      prefill_rows: 0: a prefill call batches as many rows as are waiting (powers of two, up to
+        ``prefill_tokens``); N > 0: every prefill call has exactly N rows. XLA's matmuls may
+        block a row differently in a batch of another size, so only fixed shapes (with one
+        attention window, ``window_min = max_len``) make a request's numbers bit-identical
+        whatever arrived with it: what a reproducible run needs.
     """
 
     slots: int = 64
@@ -82,12 +87,15 @@ class EngineConfig:
     prefill_tokens: int = 2048
     window_min: int = 256
     stop_width: int = 8
+    prefill_rows: int = 0
 
     def __post_init__(self) -> None:
         for field in ("slots", "max_len", "decode_steps", "prefill_tokens", "window_min", "stop_width"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"EngineConfig.{field}: expected an int >= 1, got {value!r}")
+        if not isinstance(self.prefill_rows, int) or self.prefill_rows < 0:
+            raise ValueError(f"EngineConfig.prefill_rows: expected an int >= 0, got {self.prefill_rows!r}")
         buckets = tuple(self.prefill_buckets)
         if (
             not buckets
@@ -377,7 +385,7 @@ class DecodeEngine:
                 n = min(len(self._seqs[seq_id].pending), cfg.prefill_buckets[-1])
                 groups[_bucket(n, cfg.prefill_buckets)].append(seq_id)
             for chunk, members in sorted(groups.items()):
-                most = 1 << max(0, (cfg.prefill_tokens // chunk).bit_length() - 1)
+                most = cfg.prefill_rows or 1 << max(0, (cfg.prefill_tokens // chunk).bit_length() - 1)
                 for i in range(0, len(members), most):
                     finished += self._prefill_call(state, chunk, members[i : i + most])
             # Still prefilling: neither decoding nor finished on its first token.
@@ -385,7 +393,7 @@ class DecodeEngine:
         return finished
 
     def _prefill_call(self, state: Any, chunk: int, members: list[Hashable]) -> list[tuple[Hashable, Completion]]:
-        rows = 1 << (len(members) - 1).bit_length()
+        rows = self.config.prefill_rows or 1 << (len(members) - 1).bit_length()
         seqs = [self._seqs[s] for s in members]
         take = [min(len(s.pending), chunk) for s in seqs]
         window = _bucket(max(s.length + n for s, n in zip(seqs, take, strict=True)), self.config.windows())

@@ -73,6 +73,10 @@ class PolicyLossConfig:
 
     ``clip_low``/``clip_high`` differ for clip-higher (DAPO: 0.2 / 0.28).
     ``kl_coef`` > 0 adds the k3 estimator of KL(policy || reference).
+    ``tis_cap`` > 0 turns on truncated importance sampling for stale samples (asynchronous RL):
+    the clipped ratio is taken against the learner's own policy at this update (the proximal
+    policy, decoupled PPO) and each token is weighted by ``min(proximal / sampler, tis_cap)``, so
+    a sample from an older policy is corrected without ever being up-weighted past the cap.
     """
 
     name: str = "ppo_clip"
@@ -81,6 +85,7 @@ class PolicyLossConfig:
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
     aggregation: str = "token"
+    tis_cap: float = 0.0
     max_len: int | None = None
 
     def __post_init__(self):
@@ -93,6 +98,8 @@ class PolicyLossConfig:
         for name in ("kl_coef", "entropy_coef"):
             if getattr(self, name) < 0:
                 raise ValueError(f"PolicyLossConfig.{name}: expected >= 0, got {getattr(self, name)!r}")
+        if not 0.0 <= self.tis_cap < 1e6:
+            raise ValueError(f"PolicyLossConfig.tis_cap: expected 0 (off) or a cap > 0, got {self.tis_cap!r}")
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(
                 f"PolicyLossConfig.aggregation: expected one of {sorted(AGGREGATIONS)}, got {self.aggregation!r}"
@@ -128,9 +135,19 @@ def ppo_clip_loss(
     # Masked positions (prompt, observations, padding) are zeroed *before* exp so
     # whatever they hold can neither overflow nor leak into the gradient.
     log_ratio = jnp.where(on, logprobs - old_logprobs, 0.0)
-    ratio = jnp.exp(log_ratio)
+    weight = None
+    if cfg.tis_cap > 0:
+        # Decoupled PPO: clip against the learner's policy at this update (its first pass over the
+        # batch: the policy the step starts from), weight by the truncated behaviour correction.
+        proximal = jax.lax.stop_gradient(logprobs)
+        weight = jnp.minimum(jnp.exp(jnp.where(on, proximal - old_logprobs, 0.0)), cfg.tis_cap)
+        ratio = jnp.exp(jnp.where(on, logprobs - proximal, 0.0))
+    else:
+        ratio = jnp.exp(log_ratio)
     clipped = jnp.clip(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
     per_token = -jnp.minimum(ratio * adv, clipped * adv)
+    if weight is not None:
+        per_token = per_token * weight
     aggregate = AGGREGATIONS[cfg.aggregation]
     pg_loss = aggregate(per_token, mask, cfg.max_len)
     loss = pg_loss
@@ -141,6 +158,8 @@ def ppo_clip_loss(
         "approx_kl_old": token_mean(jnp.exp(-log_ratio) - 1.0 + log_ratio, mask),
         "ratio_mean": token_mean(ratio, mask),
     }
+    if weight is not None:
+        metrics["tis_weight_mean"] = token_mean(weight, mask)
     if ref_logprobs is not None:
         kl = aggregate(kl_k3(jnp.where(on, logprobs, 0.0), jnp.where(on, ref_logprobs, 0.0)), mask, cfg.max_len)
         metrics["kl_ref"] = kl

@@ -23,13 +23,15 @@ from typing import Any
 import jax
 from flax import nnx
 
-from envs.sandboxes import Host, PoolConfig, WarmPool
+from envs.sandboxes import Host, LentSandboxes, PoolConfig, Scheduler, WarmPool
+from rl.generation.engine import DecodeEngine, EngineConfig
 from rl.generation.sampler import Sampler, SamplerConfig
 from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rl.learning.learner import Learner
 from rl.models import Transformer, sharding
 from rl.run.checkpoint import Checkpointer
 from rl.run.config_file import CONFIG_FILE, differing_fields, read_config
+from rl.run.engine_rollout import EngineRollout
 from rl.run.metrics import MetricsWriter
 from rl.run.rollout import EnvCache, Rollout, make_env_factory
 from rl.run.settings import ConfigError, ModelSettings, Settings
@@ -73,6 +75,23 @@ def make_pool(settings: Settings) -> WarmPool:
     return WarmPool(hosts, config=PoolConfig(handle_signals=False))
 
 
+def engine_config(settings: Settings) -> EngineConfig:
+    """Slots for a training step's episodes (or ``rollout.engine_slots``); a cache as long as an episode.
+
+    One attention window (``window_min = max_len``) and a fixed number of rows per prefill: a
+    request's numbers then never depend on which requests arrived with it or how long they are,
+    so a run is bit-reproducible whatever its tool latencies.
+    """
+    r = settings.rollout
+    slots = r.engine_slots or min(256, settings.loop.tasks_per_step * r.group_size)
+    max_len = r.max_context + r.max_new_tokens
+    buckets = (*tuple(b for b in (16, 32, 64, 128, 256, 512) if b < max_len), min(max_len, 1024))
+    return EngineConfig(
+        slots=slots, max_len=max_len, prefill_buckets=buckets, decode_steps=4, window_min=max_len,
+        prefill_rows=min(8, slots),
+    )  # fmt: skip
+
+
 def example_tasks(settings: Settings, catalog: TaskCatalog) -> dict[str, Any]:
     """One task per domain of the run (environments are built with one and reset with any)."""
     out: dict[str, Any] = {}
@@ -95,6 +114,7 @@ class Experiment:
     tokenizer: Tokenizer
     sampler: Sampler
     pool: WarmPool
+    scheduler: Scheduler
     rollout: Rollout
     checkpointer: Checkpointer
     metrics: MetricsWriter
@@ -110,6 +130,7 @@ class Experiment:
 
     def close(self) -> None:
         self.rollout.close()
+        self.scheduler.close(cancel=True)
         self.pool.close()
         self.checkpointer.close()
         self.metrics.close()
@@ -154,17 +175,26 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
         )
     sampler = Sampler(model, tokenizer, mesh, SamplerConfig(batch_buckets=SAMPLER_BATCH_BUCKETS))
     pool = make_pool(settings)
+    scheduler = Scheduler(pool, log_interval_s=None)
     try:
+        lender = LentSandboxes(pool.acquire, pool.release)
         factory = make_env_factory(
             settings.rollout,
-            sandbox_factory=pool.acquire,
-            sandbox_release=pool.release,
+            sandbox_factory=lender.acquire,
+            sandbox_release=lender.release,
             example_tasks=example_tasks(settings, catalog),
         )
-        rollout = Rollout(sampler, tokenizer, settings.rollout, EnvCache(factory), seed=settings.seed)
+        if settings.rollout.engine:
+            engine = DecodeEngine(model, tokenizer, mesh, engine_config(settings))
+            rollout = EngineRollout(
+                engine, tokenizer, settings.rollout, EnvCache(factory), scheduler, lender, seed=settings.seed
+            )
+        else:
+            rollout = Rollout(sampler, tokenizer, settings.rollout, EnvCache(factory), seed=settings.seed)
         loop = settings.loop
         checkpointer = Checkpointer(workdir, max_to_keep=loop.keep_checkpoints, every=loop.checkpoint_every)
     except BaseException:
+        scheduler.close(cancel=True)
         pool.close()
         raise
     exp = Experiment(
@@ -176,6 +206,7 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
         tokenizer=tokenizer,
         sampler=sampler,
         pool=pool,
+        scheduler=scheduler,
         rollout=rollout,
         checkpointer=checkpointer,
         metrics=MetricsWriter(workdir, enabled=record and is_main),

@@ -59,6 +59,12 @@ class RolloutConfig:
       tool_timeout_s: per tool call.
       env_kwargs: per-domain constructor arguments for the environments
         (e.g. ``{"repair": {"verifier": {"outcome": 1.0, "efficiency": 0.1}}}``).
+      engine: episodes move independently on the decode engine, tools through the sandbox
+        scheduler (:mod:`rl.run.engine_rollout`); False: the lock-step rollout here.
+      engine_slots: sequences the engine decodes at once (0: one per episode of a training step,
+        at most 256); more episodes wait for a slot, idle ones page out to host memory.
+      step_deadline_s: the most one environment reset or step may take, queueing included, before
+        the episode is dropped as an anomaly (engine rollouts).
     """
 
     group_size: int = 8
@@ -72,6 +78,9 @@ class RolloutConfig:
     env_workers: int = 8
     tool_timeout_s: float = 30.0
     env_kwargs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    engine: bool = True
+    engine_slots: int = 0
+    step_deadline_s: float = 600.0
 
     def __post_init__(self):
         def need(cond: bool, field: str, expected: str) -> None:
@@ -95,6 +104,9 @@ class RolloutConfig:
         need(isinstance(self.top_k, int) and self.top_k >= 0, "top_k", "an int >= 0")
         need(isinstance(self.env_workers, int) and self.env_workers >= 1, "env_workers", "an int >= 1")
         need(self.tool_timeout_s > 0, "tool_timeout_s", "seconds > 0")
+        need(isinstance(self.engine, bool), "engine", "True or False")
+        need(isinstance(self.engine_slots, int) and self.engine_slots >= 0, "engine_slots", "an int >= 0")
+        need(self.step_deadline_s > self.tool_timeout_s, "step_deadline_s", "seconds > tool_timeout_s")
 
 
 @dataclasses.dataclass
@@ -173,6 +185,9 @@ class Rollout:
         self._pool.shutdown(wait=True)
         self.envs.close()
 
+    def _use_weights(self, weights: Any) -> None:
+        self.sampler.update_weights(weights if weights is not None else self.sampler.model)
+
     def run(
         self,
         tasks: Sequence[Task],
@@ -181,23 +196,40 @@ class Rollout:
         group_size: int | None = None,
         decoding: str = "sampled",
         temperature: float | None = None,
+        weights: Any = None,
+        policy_version: int | None = None,
     ) -> RolloutResult:
         """``group_size`` episodes for each task; greedy decoding (or another temperature) for evaluation.
 
         ``decoding`` is ``"sampled"`` (at ``temperature``, by default the config's) or ``"greedy"``.
+        ``weights``: a parameter state to sample with (an asynchronous run's snapshot of an older
+        policy), else the live model. ``policy_version``: recorded in every episode (the learner
+        step whose parameters sampled it; by default ``step - 1``, on-policy).
         """
         if decoding not in DECODINGS:
             raise ValueError(f"Rollout.run(decoding=): expected one of {DECODINGS}, got {decoding!r}")
+        self._use_weights(weights)
         greedy = decoding == "greedy"
         k = group_size or self.config.group_size
         temperature = self.config.temperature if temperature is None else temperature
         t0 = time.perf_counter()
         episodes, envs = [], []
+        version = step - 1 if policy_version is None else policy_version
         for g, task in enumerate(tasks):
             for i in range(k):
                 seed = episode_seed(self.seed, step, task.id, g, i)
                 episodes.append(
-                    EpisodeRecord(step, task.id, task.domain, g, i, seed, split=task.split, decoding=decoding)
+                    EpisodeRecord(
+                        step,
+                        task.id,
+                        task.domain,
+                        g,
+                        i,
+                        seed,
+                        split=task.split,
+                        decoding=decoding,
+                        policy_version=version,
+                    )
                 )
                 envs.append(self.envs.get(task.domain))
         tasks_of = [tasks[e.group] for e in episodes]
@@ -221,14 +253,8 @@ class Rollout:
             self.envs.put(env)
         for e in episodes:
             e.timing = {"env_s": sum(t.get("env_s", 0.0) for t in e.turns), "turns": float(len(e.turns))}
-        requeue = []
-        seen = set()
-        for e, task in zip(episodes, tasks_of, strict=True):
-            if e.anomaly and (task.id, e.group) not in seen:
-                seen.add((task.id, e.group))
-                requeue.append(task)
         timing["total_s"] = time.perf_counter() - t0
-        return RolloutResult(episodes, requeue, timing)
+        return RolloutResult(episodes, requeue_of(episodes, tasks), timing)
 
     # -- one episode ------------------------------------------------------------------
     def _reset(self, env: AgentEnv, episode: EpisodeRecord, task: Task, meter: ContextMeter) -> bool:
@@ -246,25 +272,24 @@ class Rollout:
         episode.prompt_len = len(ids)
         return True
 
+    def _turn_request(self, e: EpisodeRecord, temperature: float) -> tuple[SamplingParams, int]:
+        """The sampling settings and seed of episode ``e``'s next turn (the seed names the turn, never the batch)."""
+        cfg = self.config
+        room = cfg.max_context - len(e.token_ids)
+        params = SamplingParams(
+            temperature=temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            max_new_tokens=max(1, min(cfg.max_new_tokens, room)),
+        )
+        return params, episode_seed(self.seed, e.step, e.task_id, e.group, e.index, len(e.turns))
+
     def _sample(
         self, episodes: list[EpisodeRecord], active: list[int], turn: int, temperature: float
     ) -> list[Completion]:
-        cfg = self.config
-        params, seeds, prompts = [], [], []
-        for i in active:
-            e = episodes[i]
-            room = cfg.max_context - len(e.token_ids)
-            params.append(
-                SamplingParams(
-                    temperature=temperature,
-                    top_p=cfg.top_p,
-                    top_k=cfg.top_k,
-                    max_new_tokens=max(1, min(cfg.max_new_tokens, room)),
-                )
-            )
-            seeds.append(episode_seed(self.seed, e.step, e.task_id, e.group, e.index, turn))
-            prompts.append(e.token_ids)
-        return self.sampler.generate(prompts, params, seeds)
+        requests = [self._turn_request(episodes[i], temperature) for i in active]
+        prompts = [episodes[i].token_ids for i in active]
+        return self.sampler.generate(prompts, [p for p, _ in requests], [s for _, s in requests])
 
     def _step(self, env: AgentEnv, episode: EpisodeRecord, meter: ContextMeter, completion: Completion) -> bool:
         """Appends the completion, steps the env, appends its observation; True while the episode goes on."""
@@ -317,6 +342,17 @@ class ContextMeter:
 
     def __call__(self, observation: str) -> int:
         return len(self.episode.token_ids) + len(self.ids(observation))
+
+
+def requeue_of(episodes: Sequence[EpisodeRecord], tasks: Sequence[Task]) -> list[Task]:
+    """Each task with an anomalous episode, once per group: its environment failed, not the policy."""
+    requeue, seen = [], set()
+    for e in episodes:
+        task = tasks[e.group]
+        if e.anomaly and (task.id, e.group) not in seen:
+            seen.add((task.id, e.group))
+            requeue.append(task)
+    return requeue
 
 
 def _anomalous(cause: str) -> dict[str, Any]:

@@ -115,6 +115,9 @@ class LoopSettings:
     # anomalies (the environment failed, not the model) for ``anomaly_patience`` steps in a row.
     max_anomaly_rate: float = 0.5
     anomaly_patience: int = 3
+    # Asynchronous RL: step t trains on episodes sampled by the policy of step t - 1 - max_staleness
+    # (0: on-policy, the synchronous loop); sampling the next steps overlaps the update.
+    max_staleness: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,7 +262,9 @@ def _algorithm(node: Any, max_len: int) -> AlgorithmSettings:
     _need(a["advantage"] in ESTIMATORS, "algorithm.advantage", f"one of {sorted(ESTIMATORS)}", a["advantage"])
     _int(a["epochs"], "algorithm.epochs", 1)
     _bool(a["dynamic_sampling"], "algorithm.dynamic_sampling")
-    loss = _fields(a["loss"], "algorithm.loss", _names(PolicyLossConfig, drop=("max_len",)), optional=("name",))
+    loss = _fields(
+        a["loss"], "algorithm.loss", _names(PolicyLossConfig, drop=("max_len",)), optional=("name", "tis_cap")
+    )
     try:
         a["loss"] = PolicyLossConfig(**loss, max_len=max_len)
     except (TypeError, ValueError) as exc:
@@ -268,7 +273,7 @@ def _algorithm(node: Any, max_len: int) -> AlgorithmSettings:
 
 
 def _rollout(node: Any, training: bool, min_group: int) -> RolloutConfig:
-    r = _fields(node, "rollout", _names(RolloutConfig))
+    r = _fields(node, "rollout", _names(RolloutConfig), optional=("engine", "engine_slots", "step_deadline_s"))
     r["env_kwargs"] = {k: dict(v) for k, v in dict(r["env_kwargs"]).items()}
     try:
         rollout = RolloutConfig(**r)
@@ -312,7 +317,9 @@ def _learner(
 
 
 def _loop(node: Any) -> LoopSettings:
-    loop = _fields(node, "loop", _names(LoopSettings), optional=("max_anomaly_rate", "anomaly_patience"))
+    loop = _fields(
+        node, "loop", _names(LoopSettings), optional=("max_anomaly_rate", "anomaly_patience", "max_staleness")
+    )
     for key, low in (("steps", 0), ("tasks_per_step", 1), ("checkpoint_every", 1), ("keep_checkpoints", 1)):
         _int(loop[key], f"loop.{key}", low)
     _int(loop["max_len"], "loop.max_len", 1)
@@ -321,6 +328,7 @@ def _loop(node: Any) -> LoopSettings:
     _need(isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1, "loop.max_anomaly_rate",
           "a share in [0, 1] (1 turns the circuit breaker off)", rate)  # fmt: skip
     _int(loop.get("anomaly_patience", LoopSettings.anomaly_patience), "loop.anomaly_patience", 1)
+    _int(loop.get("max_staleness", LoopSettings.max_staleness), "loop.max_staleness", 0)
     return LoopSettings(**loop)
 
 

@@ -10,6 +10,7 @@ metrics as one that never stopped.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -27,6 +28,7 @@ from rl.run.episodes import assign_advantages, rollout_metrics, train_batch
 from rl.run.evaluation import Evaluator, held_out_tasks
 from rl.run.experiment import Experiment
 from rl.run.preflight import CircuitBreaker, preflight
+from rl.run.producer import Produced, RolloutProducer
 from rl.run.task_stream import task_stream
 
 log = logging.getLogger(__name__)
@@ -36,8 +38,13 @@ MAX_REQUEUES = 2  # a task whose environment keeps failing is dropped after this
 class Trainer:
     """Runs one experiment to its last step (see the module docstring)."""
 
-    def __init__(self, exp: Experiment):
+    def __init__(self, exp: Experiment, *, synchronous: bool = False):
+        """``synchronous``: sample each RL step inline, without the producer thread (the reference
+        that ``loop.max_staleness=0`` must equal bit for bit)."""
         self.exp = exp
+        self.synchronous = synchronous
+        self.producer: RolloutProducer | None = None
+        self.restored_pending: list[Produced] = []
         s = exp.settings
         self.sft_steps = s.sft.steps
         self.total = s.total_steps
@@ -62,6 +69,8 @@ class Trainer:
             with logging_redirect_tqdm():
                 return self._run(bar)
         finally:
+            if self.producer is not None:
+                self.producer.stop()
             bar.close()  # before any error is printed: the error gets a line of its own
 
     def _run(self, bar: tqdm) -> dict[str, dict[str, float]]:
@@ -73,16 +82,18 @@ class Trainer:
         bar.update(start)
         if start == 0 and self.evaluator.tasks:
             bar.set_postfix_str(f"evaluating {len(self.evaluator.tasks)} held-out tasks before step 1", refresh=True)
-            self.evals["init"] = self.evaluator.evaluate(0, exp.workdir)
+            self.evals["init"] = self._evaluate(0)
             init = {"phase": "init", **self.evals["init"], **{f"time/preflight/{d}": s for d, s in checks.items()}}
             exp.metrics.write(0, init)
         for step in range(start + 1, self.total + 1):
             t0 = time.perf_counter()
             metrics: dict[str, Any] = {"phase": self._enter_phase(step)}
+            if metrics["phase"] == "rl" and self.producer is None and not self.synchronous:
+                self._start_producer(step)
             metrics.update(self.sft_step() if metrics["phase"] == "sft" else self.rl_step(step))
             if self._eval_due(step) and self.evaluator.tasks:
                 bar.set_postfix_str(f"step {step}: evaluating {len(self.evaluator.tasks)} held-out tasks", refresh=True)
-                result = self.evaluator.evaluate(step, exp.workdir)
+                result = self._evaluate(step)
                 metrics.update(result)
                 if step == self.sft_steps:
                     self.evals["after_sft"] = result
@@ -93,12 +104,34 @@ class Trainer:
             exp.metrics.write(step, metrics)
             if exp.checkpointer.should_save(step, final=step == self.total or step == self.sft_steps):
                 self.save(step, metrics["time/elapsed_s"])
+            if self.producer is not None:  # after the checkpoint: see rl.run.producer
+                self.producer.publish(step)
             bar.set_postfix(_postfix(metrics), refresh=False)  # shown by the update below: this step's status
             bar.update(1)
             if metrics["phase"] == "rl":
                 self.breaker.observe(step, metrics, exp.settings.sandbox.backend)
         self.elapsed = self.elapsed_before + time.perf_counter() - started
         return self.evals
+
+    def _evaluate(self, step: int) -> dict[str, float]:
+        """Held-out evaluation with the live model; the producer's sampling waits meanwhile (one engine)."""
+        lock = self.producer.lock if self.producer is not None else contextlib.nullcontext()
+        with lock:
+            return self.evaluator.evaluate(step, self.exp.workdir)
+
+    def _start_producer(self, first: int) -> None:
+        self.producer = RolloutProducer(
+            self._produce,
+            self.exp.model,
+            staleness=self.exp.settings.loop.max_staleness,
+            rl_start=self.sft_steps,
+            first=first,
+            last=self.total,
+            restored=self.restored_pending,
+        )
+        self.restored_pending = []
+        self.producer.start()
+        self.producer.publish(first - 1)  # the parameters restored or left by SFT
 
     def _eval_due(self, step: int) -> bool:
         every = self.exp.settings.eval.every
@@ -134,14 +167,31 @@ class Trainer:
         metrics["time/learn_s"] = time.perf_counter() - t
         return metrics
 
-    def rl_step(self, step: int) -> dict[str, Any]:
-        exp, s = self.exp, self.exp.settings
-        tasks, retries = self._next_tasks(s.loop.tasks_per_step)
-        result = exp.rollout.run(tasks, step=step)
+    def _produce(self, step: int, weights: Any, version: int) -> Produced:
+        """Draws step ``step``'s tasks and samples them with ``weights`` (None: the live model) of ``version``."""
+        tasks, retries = self._next_tasks(self.exp.settings.loop.tasks_per_step)
+        result = self.exp.rollout.run(tasks, step=step, weights=weights, policy_version=version)
         for task in result.requeue:
             if retries.get(task.id, 0) < MAX_REQUEUES:
                 self.requeue.append((task, retries.get(task.id, 0) + 1))
+        return Produced(step, tasks, result, self._stream_state())
+
+    def _stream_state(self) -> dict[str, Any]:
+        return {
+            "tasks": self.tasks.get_state() if self.tasks is not None else None,
+            "requeue": [[t.to_dict(), r] for t, r in self.requeue],
+        }
+
+    def rl_step(self, step: int) -> dict[str, Any]:
+        exp, s = self.exp, self.exp.settings
+        if self.producer is not None:
+            produced = self.producer.take(step)
+        else:
+            produced = self._produce(step, None, step - 1)
+        tasks, result = produced.tasks, produced.result
         metrics = rollout_metrics(result.episodes)
+        versions = [e.policy_version for e in result.episodes]
+        metrics["rollout/staleness"] = float(step - 1 - min(versions)) if versions else 0.0
         metrics.update(
             assign_advantages(
                 result.episodes, estimator=s.algorithm.advantage, dynamic_sampling=s.algorithm.dynamic_sampling
@@ -172,7 +222,19 @@ class Trainer:
                 "perf/sampled_tokens_per_s": metrics["rollout/sampled_tokens"] / max(gen, 1e-9),
             }
         )
-        metrics.update({k if k.startswith("sandbox/") else f"sandbox/{k}": v for k, v in exp.pool.stats().items()})
+        timing = result.timing
+        if "prefill_tokens" in timing:  # the engine rollout: KV reuse, and its own scheduler jobs
+            metrics["rollout/prefill_tokens"] = timing["prefill_tokens"]
+            metrics["rollout/prefill_tokens_reused"] = timing["prefill_tokens_reused"]
+            metrics["sandbox/rollout_jobs"] = timing["jobs"]
+            metrics["sandbox/rollout_job_retries"] = timing["job_retries"]
+            metrics["sandbox/rollout_queue_wait_p50_s"] = timing["job_queue_wait_p50_s"]
+            metrics["sandbox/rollout_queue_wait_max_s"] = timing["job_queue_wait_max_s"]
+        # The scheduler's window (queue waits, run times, retries, anomalies by cause) and the pool's.
+        metrics.update(
+            {k if k.startswith("sandbox/") else f"sandbox/{k}": v for k, v in exp.scheduler.metrics().items()}
+        )
+        exp.scheduler.reset_metrics()
         return metrics
 
     def _next_tasks(self, n: int) -> tuple[list[Task], dict[str, int]]:
@@ -187,12 +249,16 @@ class Trainer:
 
     # -- checkpoints -----------------------------------------------------------------
     def save(self, step: int, elapsed_s: float) -> None:
+        # Steps sampled ahead by policies older than this checkpoint's are kept with it, and the
+        # data stream's state is the one after them (see rl.run.producer).
+        pending = self.producer.pending(step) if self.producer is not None else []
+        stream = pending[-1].stream_state if pending else self._stream_state()
         extra = {
             "step": step,
             "elapsed_s": elapsed_s,
             "phase": self.phase,
-            "tasks": self.tasks.get_state() if self.tasks is not None else None,
-            "requeue": [[t.to_dict(), r] for t, r in self.requeue],
+            **stream,
+            "pending": [p.to_dict() for p in pending],
             "sft_data": self.sft_data.state() if self.sft_data is not None else None,
             "evals": self.evals,
         }
@@ -212,6 +278,7 @@ class Trainer:
         if self.tasks is not None and extra.get("tasks") is not None:
             self.tasks.set_state(extra["tasks"])
         self.requeue = [(Task.from_dict(t), r) for t, r in extra.get("requeue", [])]
+        self.restored_pending = [Produced.from_dict(p) for p in extra.get("pending", [])]
         if self.sft_data is not None and extra.get("sft_data"):
             self.sft_data.load_state(extra["sft_data"])
         self.evals = extra.get("evals", {})

@@ -44,6 +44,7 @@ class EpisodeRecord:
     seed: int
     split: str = "train"
     decoding: str = "sampled"  # how its completions were chosen: "sampled" or "greedy" (see DECODINGS)
+    policy_version: int = -1  # the learner step whose parameters sampled it (step - 1: on-policy)
     token_ids: list[int] = dataclasses.field(default_factory=list)
     loss_mask: list[int] = dataclasses.field(default_factory=list)
     logprobs: list[float] = dataclasses.field(default_factory=list)

@@ -197,7 +197,7 @@ class SchedulerCore:
     def _attempt_body(self, st: JobState, attempt: int) -> None:
         job = st.job
         try:
-            sandbox = self.pool.acquire(job.spec, avoid=st.failed_hosts)
+            sandbox = None if job.spec is None else self.pool.acquire(job.spec, avoid=st.failed_hosts)
         except SandboxInfraError as exc:
             with self._cond:
                 self._infra_failure(st, attempt, exc, host=None)
@@ -211,7 +211,7 @@ class SchedulerCore:
             with self._cond:
                 self._end(st, ANOMALY, cause="internal_error", error="".join(traceback.format_exception(exc)))
             return
-        host = self.pool.host_of(sandbox)
+        host = self.pool.host_of(sandbox) if sandbox is not None else None
         with self._cond:
             live = st.phase == "running" and st.attempt == attempt and st.ended_by is None
             if live:
@@ -220,7 +220,8 @@ class SchedulerCore:
                     heapq.heappush(self._timers, (st.run_started + job.timeout_s, st.seq, "timeout", st, attempt))
                     self._cond.notify_all()
         if not live:  # cancelled or expired while we waited for the sandbox: it was never used
-            self.pool.release(sandbox, reusable=True)
+            if sandbox is not None:
+                self.pool.release(sandbox, reusable=True)
             return
         value, error, infra = None, None, None
         try:
@@ -235,7 +236,9 @@ class SchedulerCore:
             ended_from_outside = st.ended_by is not None or st.phase == "done"
             if not ended_from_outside:
                 self.run_time.add(run_s)
-                if infra is not None:
+                if infra is not None and sandbox is None:  # its own sandbox failed: nothing to retry on
+                    self._end(st, ANOMALY, cause=infra.cause, error=str(infra), run_s=run_s)
+                elif infra is not None:
                     self._infra_failure(st, attempt, infra, host=st.host)
                 elif error is not None:
                     self._end(st, ERROR, error=error, run_s=run_s)
@@ -244,6 +247,8 @@ class SchedulerCore:
             self._free_slot(st, attempt)
             self._cond.notify_all()
         self._flush()  # the result goes out before the sandbox is reset for the next job
+        if sandbox is None:
+            return
         reusable = not ended_from_outside and infra is None
         try:
             self.pool.release(sandbox, reusable, error=infra)
@@ -311,6 +316,8 @@ class SchedulerCore:
             self._per_domain[st.job.domain] -= 1
 
     def _change_demand(self, st: JobState, delta: int) -> None:
+        if st.job.spec is None:  # leases nothing: no demand on the pool
+            return
         key = spec_key(st.job.spec)
         entry = self._demand.setdefault(key, [st.job.spec, 0])
         entry[1] += delta

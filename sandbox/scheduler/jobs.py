@@ -42,7 +42,10 @@ class Job:
       fn: called as ``fn(sandbox)`` with a clean sandbox; its return value is the
         result's ``value``. It must keep its effects inside the sandbox: after an
         infrastructure failure it runs again in a fresh one.
-      spec: the sandbox it needs.
+      spec: the sandbox it needs; None for a job that brings its own (an episode's step on the
+        sandbox it holds) or needs none: it is ordered, capped, timed and metered like any other
+        and gets ``fn(None)``, but nothing is leased, so there is nothing to retry on: an
+        infrastructure failure it raises ends it as an ``anomaly``.
       priority: higher runs sooner; ties go to the earlier deadline, then FIFO.
       timeout_s: wall-clock limit of one run of ``fn``, enforced from outside the
         sandbox; exceeding it is a ``timeout`` result (the code's doing) and the
@@ -58,7 +61,7 @@ class Job:
     """
 
     fn: Callable[[Sandbox], Any]
-    spec: SandboxSpec = dataclasses.field(default_factory=SandboxSpec)
+    spec: SandboxSpec | None = dataclasses.field(default_factory=SandboxSpec)
     priority: int = 0
     timeout_s: float | None = None
     deadline_s: float | None = None
@@ -70,8 +73,8 @@ class Job:
     def __post_init__(self):
         if not callable(self.fn):
             raise SandboxUsageError(f"Job.fn: expected a callable taking a Sandbox, got {self.fn!r:.80}")
-        if not isinstance(self.spec, SandboxSpec):
-            raise SandboxUsageError(f"Job.spec: expected a SandboxSpec, got {type(self.spec).__name__}")
+        if self.spec is not None and not isinstance(self.spec, SandboxSpec):
+            raise SandboxUsageError(f"Job.spec: expected a SandboxSpec or None, got {type(self.spec).__name__}")
         if not isinstance(self.priority, int) or isinstance(self.priority, bool):
             raise SandboxUsageError(f"Job.priority: expected an int, got {self.priority!r}")
         _positive(self.timeout_s, "Job.timeout_s")

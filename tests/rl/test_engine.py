@@ -231,7 +231,7 @@ def test_errors_name_the_argument(engine, model, tok, single_mesh, prompts):
     engine.release("e")
     with pytest.raises(KeyError, match="seq_id"):
         engine.release("e")
-    with pytest.raises(ValueError, match="EngineConfig.slots"):
+    with pytest.raises(ValueError, match=r"EngineConfig\.slots"):
         EngineConfig(slots=0)
     full = DecodeEngine(model, tok, single_mesh, dataclasses.replace(CONFIG, slots=1, page_out=False))
     full.add(0, prompts[0], SamplingParams(temperature=0.0, max_new_tokens=2), 0)
@@ -239,3 +239,19 @@ def test_errors_name_the_argument(engine, model, tok, single_mesh, prompts):
     full.add(1, prompts[1], GREEDY, 0)
     with pytest.raises(RuntimeError, match="page_out"):
         full.step()
+
+
+def test_fixed_shapes_make_a_request_bit_identical_whatever_arrived_with_it(model, tok, single_mesh, prompts):
+    """One attention window and a fixed prefill row count (what a run uses): exact equality, not 1e-5."""
+    config = dataclasses.replace(CONFIG, window_min=CONFIG.max_len, prefill_rows=2)
+    params = SamplingParams(temperature=1.0, max_new_tokens=24)
+    alone = _generate(DecodeEngine(model, tok, single_mesh, config), [prompts[2]], [params], [3])[0]
+    crowded = DecodeEngine(model, tok, single_mesh, config)
+    for i, p in enumerate(prompts):
+        crowded.add(i, p, params if i == 2 else MIXED[i], 3 if i == 2 else i)
+        crowded.step()
+    out = _drain(crowded)
+    got = out.get(2)
+    if got is None:  # finished during the staggered steps
+        pytest.fail("the request finished before the drain: raise max_new_tokens")
+    assert got.token_ids == alone.token_ids and got.raw_logprobs == alone.raw_logprobs

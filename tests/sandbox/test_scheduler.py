@@ -277,3 +277,36 @@ def test_closed_scheduler_refuses_jobs_and_validation_names_the_field(local):
     other.close()
     with pytest.raises(SandboxClosed):
         other.submit(Job(lambda sb: 1, spec=SandboxSpec()))
+
+
+def test_a_job_that_brings_its_own_sandbox_leases_nothing_and_is_not_retried(local):
+    """``spec=None``: an episode's step on the sandbox it holds: ordered, timed, metered, never retried."""
+    from sandbox import SandboxInfraError
+
+    calls = collections.Counter()
+    pool_before = local.pool.stats().get("pool/leased", 0.0)
+
+    def own(sb):
+        calls["own"] += 1
+        assert sb is None
+        return "done"
+
+    def broken(sb):
+        calls["broken"] += 1
+        raise SandboxInfraError("its own sandbox died", cause="sandbox_lost")
+
+    ok, failed, slow = local.run(
+        [
+            Job(own, spec=None, domain="d"),
+            Job(broken, spec=None),
+            Job(lambda sb: time.sleep(5), spec=None, timeout_s=0.2),
+        ],
+        timeout=60,
+    )
+    assert (ok.status, ok.value, ok.host) == ("ok", "done", None)
+    assert (failed.status, failed.cause, failed.attempts, calls["broken"]) == ("anomaly", "sandbox_lost", 1, 1)
+    assert slow.status == "timeout"
+    assert local.pool.stats().get("pool/leased", 0.0) == pool_before
+    assert local.metrics()["sandbox/done"] == 3
+    with pytest.raises(SandboxUsageError, match=r"Job\.spec"):
+        Job(own, spec="bwrap")

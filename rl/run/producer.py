@@ -1,0 +1,170 @@
+"""Asynchronous RL: a thread samples the next RL steps while the learner updates on this one.
+
+Step ``u`` trains on episodes sampled by the policy of step ``version(u) = max(u - 1 - s, S)``
+(``s = loop.max_staleness``, ``S`` the last SFT step: RL's first policy). The learner *publishes*
+each step's parameters once that step is checkpointed; the producer samples step ``u`` as soon as
+``version(u)`` is published, and the learner *takes* step ``u``'s episodes when it gets there. So:
+
+- ``s = 0`` is the synchronous loop: step ``u`` is sampled only after update ``u - 1``, by the
+  live model, while the learner waits — the same computations in the same order.
+- ``s = 1`` samples step ``u + 1`` while the learner updates on step ``u``. Tokens and log-probs
+  stay a function of the seed and the version (the engine is row-independent), so a run is
+  bit-reproducible for a given ``s``.
+- Exact resume: a checkpoint at step ``t`` is written *before* ``t`` is published, so the producer
+  has drawn at most step ``t + s``. The checkpoint keeps steps ``t + 1 .. t + s`` (sampled by
+  versions older than ``t``, which no checkpoint holds) with the task stream's state after them;
+  a resumed run trains on those, and samples ``t + s + 1`` on from the restored parameters.
+
+Evaluation and the producer share one rollout (one engine): :attr:`lock` serialises them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from envs import Task
+from rl.run.rollout import RolloutResult
+from rl.run.trajectory import EpisodeRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class Produced:
+    """One RL step's episodes, and the data stream's state right after they were drawn and run."""
+
+    step: int
+    tasks: list[Task]
+    result: RolloutResult
+    stream_state: Any  # what Trainer needs to resume drawing after this step (JSON data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "tasks": [t.to_dict() for t in self.tasks],
+            "episodes": [dataclasses.asdict(e) for e in self.result.episodes],
+            "requeue": [t.to_dict() for t in self.result.requeue],
+            "timing": self.result.timing,
+            "stream_state": self.stream_state,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Produced:
+        episodes = [EpisodeRecord(**e) for e in data["episodes"]]
+        requeue = [Task.from_dict(t) for t in data["requeue"]]
+        result = RolloutResult(episodes, requeue, dict(data["timing"]))
+        return cls(data["step"], [Task.from_dict(t) for t in data["tasks"]], result, data["stream_state"])
+
+
+class RolloutProducer:
+    """Samples RL steps ``first .. last`` ahead of the learner (see the module docstring).
+
+    Args:
+      produce: ``produce(step, weights, version) -> Produced``: draws the step's tasks and runs
+        them (called on the producer's thread, under :attr:`lock`).
+      model: the learner's model; its parameters are copied at each publish when ``staleness > 0``.
+      staleness: ``loop.max_staleness``.
+      rl_start: the last SFT step (the version of RL's first policy).
+      first, last: the first step to sample and the run's last step.
+      restored: steps sampled before a restart (from the checkpoint), consumed first.
+    """
+
+    def __init__(
+        self,
+        produce: Callable[[int, Any, int], Produced],
+        model: nnx.Module,
+        *,
+        staleness: int,
+        rl_start: int,
+        first: int,
+        last: int,
+        restored: list[Produced] = (),
+    ):
+        self._produce, self._model = produce, model
+        self.staleness, self.rl_start, self.last = staleness, rl_start, last
+        self.lock = threading.RLock()  # held while sampling: evaluation takes it too
+        self._cond = threading.Condition()
+        self._ready: dict[int, Produced] = {p.step: p for p in restored}
+        self._next = max([first - 1, *self._ready]) + 1
+        self._weights: dict[int, Any] = {}
+        self._published = -1
+        self._error: BaseException | None = None
+        self._stop = False
+        self._thread = threading.Thread(target=self._loop, name="agentrl-producer", daemon=True)
+
+    def version(self, step: int) -> int:
+        """The learner step whose parameters sample ``step``."""
+        return max(step - 1 - self.staleness, self.rl_start)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def publish(self, step: int) -> None:
+        """The parameters after ``step`` (checkpointed) may sample the steps that need them."""
+        weights = None
+        if self.staleness:  # the learner moves on while these sample: a copy
+            weights = jax.tree.map(jnp.copy, nnx.state(self._model))
+        with self._cond:
+            self._weights[step] = weights
+            self._published = step
+            for old in [v for v in self._weights if v < self.version(self._next)]:
+                del self._weights[old]
+            self._cond.notify_all()
+
+    def take(self, step: int) -> Produced:
+        """Step ``step``'s episodes, waiting for them if need be."""
+        with self._cond:
+            while step not in self._ready and self._error is None:
+                self._cond.wait(0.5)
+            if step not in self._ready:
+                raise self._error
+            return self._ready.pop(step)
+
+    def pending(self, after: int) -> list[Produced]:
+        """Steps after ``after`` sampled by versions older than ``after`` (what a checkpoint at
+        ``after`` must keep), waiting until they are all sampled."""
+        needed = [u for u in range(after + 1, min(after + self.staleness, self.last) + 1) if self.version(u) < after]
+        with self._cond:
+            while any(u not in self._ready for u in needed) and self._error is None:
+                self._cond.wait(0.5)
+            if self._error is not None:
+                raise self._error
+            return [self._ready[u] for u in needed]
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=60)
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    step = self._next
+                    while not self._stop and step <= self.last and self._published < self.version(step):
+                        self._cond.wait(0.5)
+                    if self._stop or step > self.last:
+                        return
+                    version = self.version(step)
+                    weights = self._weights.get(version)
+                with self.lock:
+                    produced = self._produce(step, weights, version)
+                with self._cond:
+                    self._ready[step] = produced
+                    self._next = step + 1
+                    self._cond.notify_all()
+        except BaseException as exc:  # noqa: BLE001 - raised again on the learner's thread by take()
+            log.debug("producer failed", exc_info=True)
+            with self._cond:
+                self._error = exc
+                self._cond.notify_all()
