@@ -4,15 +4,17 @@ One random Qwen2-shaped model (~40M parameters) is built with `transformers`, sa
 into ours through `rl.models.hf`, so both sides run the same weights. Both decode greedily in
 float32 (or both in `--dtype bfloat16`), exactly `--new-tokens` tokens (stop tokens disabled).
 Measurements alternate between the two implementations and keep the best of `--reps`, which is
-what a shared machine allows.
+what a shared machine allows. Ratios from a busy machine are not comparable with a quiet one's:
+under contention torch's OpenMP threads wait on each other (its decode falls ~10x), while a
+CPU-bound neighbour also halves the cores XLA can use; the machine line prints the load.
 
 Reported per batch size:
   - prefill: time to the first token (a generate of one new token);
   - decode: (new tokens - 1) * batch / (time of the full generate - prefill time);
   - end to end: new tokens * batch / time of the full generate;
-  - roofline: bytes a decode step must read (all weights + the whole preallocated KV cache)
-    over the step time, against the machine's copy bandwidth (a large numpy copy, read + write
-    bytes, measured in this run);
+  - roofline: bytes a decode step must read (all weights + the KV cache slots its attention
+    reads, on average over the decode loop's segments) over the step time, against the machine's
+    copy bandwidth (a large numpy copy, read + write bytes, measured in this run);
   - match: fraction of rows whose greedy tokens equal the reference's.
 
 Goal: >= 2x `transformers` decode throughput at batch 8+ on CPU.
@@ -148,7 +150,7 @@ def main() -> int:
     import numpy as np
     import torch
 
-    from rl.generation.sampler import Sampler, SamplerConfig
+    from rl.generation.sampler import Sampler, SamplerConfig, _segment_ends
     from rl.generation.tokenizer import HFTokenizer
     from rl.models import hf, sharding
 
@@ -193,13 +195,16 @@ def main() -> int:
         f"{config.num_heads}/{config.num_kv_heads} heads, vocab {config.vocab_size}, tied), {args.dtype}; "
         f"prompt {P} tokens, {N} new tokens, greedy; copy bandwidth {bandwidth / 1e9:.1f} GB/s"
     )
+    # Cache slots a decode step's attention reads, averaged over steps 1..N-1 (see _segment_ends).
+    ends = _segment_ends(N)
+    slots_read = float(np.mean([P + next(e for e in ends if s < e) for s in range(1, N)]))
     rng = np.random.default_rng(0)
     rows = []
     for b in batch_sizes:
         prompts = [rng.integers(0, config.vocab_size - len(SPECIALS), P).tolist() for _ in range(b)]
         t = measure(sampler, reference, prompts, N, args.reps, torch_device)
         decode_o, decode_h = b * (N - 1) / (t["oN"] - t["o1"]), b * (N - 1) / (t["hN"] - t["h1"])
-        kv_bytes = 2 * config.num_layers * b * config.num_kv_heads * (P + N) * config.head_dim * itemsize
+        kv_bytes = 2 * config.num_layers * b * config.num_kv_heads * slots_read * config.head_dim * itemsize
         achieved = (param_bytes + kv_bytes) / ((t["oN"] - t["o1"]) / (N - 1))
         rows.append((b, t["o1"], t["h1"], decode_o, decode_h, b * N / t["oN"], b * N / t["hN"], achieved, t["match"]))
 
@@ -214,7 +219,7 @@ def main() -> int:
             f"{eo / eh:.2f}x | {ach / 1e9:.1f} ({100 * ach / bandwidth:.0f}%) | {match:.0%} |"
         )
     print(
-        f"\nroofline: a decode step reads {param_bytes / 1e6:.0f} MB of weights + the KV cache; at {bandwidth / 1e9:.1f} GB/s "
+        f"\nroofline: a decode step reads {param_bytes / 1e6:.0f} MB of weights + {slots_read:.0f} KV cache slots; at {bandwidth / 1e9:.1f} GB/s "
         f"copy bandwidth that is >= {param_bytes / bandwidth * 1e3:.1f} ms per step (batch 1 bound: {bandwidth / param_bytes:.0f} tok/s)"
     )
     return 0

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rl.generation.sampler import Sampler, SamplerConfig, SamplingParams, _stop_string_cut
-from rl.generation.token_selection import filter_logits
+from rl.generation import sampler as sampler_module
+from rl.generation.sampler import Sampler, SamplerConfig, SamplingParams, _segment_ends, _stop_string_cut
+from rl.generation.token_selection import filter_logits, gumbel_noise
 from rl.generation.tokenizer import ByteTokenizer
 from rl.models import Transformer, get_model_config, sharding
 
@@ -85,6 +86,31 @@ def test_greedy_equals_stepwise_argmax_of_full_forward(sampler, prompts, referen
         assert c.token_ids == ids[len(prompt) :]
         assert c.finish_reason == ("stop" if c.token_ids[-1] in tok.stop_token_ids else "length")
         assert c.logprobs == [0.0] * len(c.token_ids)  # greedy samples from a point mass
+
+
+def test_segmented_decode_equals_the_full_forward(model, tok, single_mesh, prompts, reference_logits, monkeypatch):
+    """The decode loop in segments over growing caches: same tokens and log-probs as the forward."""
+    monkeypatch.setattr(sampler_module, "MIN_SEGMENT_STEPS", 4)
+    assert _segment_ends(24) == [6, 12, 18, 24]
+    segmented = Sampler(model, tok, single_mesh, BUCKETS)
+    params = [GREEDY, SamplingParams(temperature=1.0, max_new_tokens=20)] * 2
+    completions = segmented.generate(prompts, params, seeds=[1, 2, 3, 4])
+    for prompt, p, c in zip(prompts, params, completions, strict=True):
+        n = len(c.token_ids)
+        assert n > 12 or c.finish_reason == "stop"
+        logits = reference_logits(list(prompt) + c.token_ids)[len(prompt) - 1 : len(prompt) - 1 + n]
+        if p.temperature == 0:
+            assert c.token_ids == np.argmax(logits[:, : tok.vocab_size], -1).tolist()
+        raw = np.take_along_axis(_log_softmax(logits), np.asarray(c.token_ids)[:, None], -1)[:, 0]
+        np.testing.assert_allclose(c.raw_logprobs, raw, atol=1e-5)
+
+
+def test_gumbel_noise_is_jax_random_gumbel():
+    """Bit for bit, so that a seed samples what jax.random.categorical-style Gumbel-max would."""
+    keys = jax.vmap(lambda s: jax.random.fold_in(jax.random.key(s), 3))(jnp.arange(5, dtype=jnp.uint32))
+    for vocab in (7, 272, 4099):
+        expected = jax.vmap(lambda key, v=vocab: jax.random.gumbel(key, (v,), jnp.float32))(keys)
+        np.testing.assert_array_equal(jax.jit(gumbel_noise, static_argnums=1)(keys, vocab), expected)
 
 
 def test_logprobs_equal_forward_without_head_groups(tok, single_mesh, prompts):
