@@ -37,6 +37,7 @@ bench:               ## every benchmark; each prints its ratio against a referen
 	$(PYTHON) benchmarks/sandbox_bench.py
 	$(PYTHON) benchmarks/scheduler_bench.py
 	$(PYTHON) benchmarks/sampler_bench.py
+	$(PYTHON) benchmarks/rollout_bench.py
 	$(PYTHON) benchmarks/results_bench.py
 
 clean:

@@ -144,7 +144,7 @@ class RolloutProducer:
             self._stop = True
             self._cond.notify_all()
         if self._thread.is_alive():
-            self._thread.join(timeout=60)
+            self._thread.join(timeout=10)  # mid-rollout it is a daemon: closing the scheduler ends its jobs
 
     def _loop(self) -> None:
         try:
