@@ -12,10 +12,12 @@ out of range — ends the command with one line naming the field and exit status
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import logging
 import re
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -97,8 +99,43 @@ def parse_flags(argv: list[str]) -> list[str]:
     return rest
 
 
+def limit_host_memory(trim_every_s: float = 1.0) -> None:
+    """Keeps the trainer's resident memory close to what it actually holds (the quickstart peaked at
+    4-6 GB; see ``benchmarks/memory_bench.py``). Two causes live outside the model code:
+
+    - glibc keeps what XLA frees (compiler scratch, the per-run buffers of its programs below
+      glibc's 32 MB mmap threshold) in its malloc arenas for reuse, one per thread, so the
+      process only grows. ``malloc_trim(0)`` hands the free pages back; a daemon thread calls it
+      every ``trim_every_s`` (well under a millisecond per call): -230 MB at the quickstart's peak.
+    - tensorboardX (``rl.run.metrics``) imports torch, when it is installed, only to recognise
+      ``torch.Tensor`` arguments: +180 MB for nothing. It is imported here with torch hidden.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        trim = None
+    if trim is not None:
+
+        def trim_forever() -> None:
+            while True:
+                time.sleep(trim_every_s)
+                trim(0)
+
+        threading.Thread(target=trim_forever, name="malloc-trim", daemon=True).start()
+    if "torch" not in sys.modules:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` raise ImportError
+        try:
+            import tensorboardX  # noqa: F401
+        except ImportError:
+            pass
+        finally:
+            del sys.modules["torch"]
+
+
 def main(argv: list[str]) -> int:
     del argv
+    limit_host_memory()
     logging.getLogger().setLevel(logging.INFO)
     for noisy in ("absl", "jax._src", "orbax", "sandbox.pool", "math_verify", "tensorboardX"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

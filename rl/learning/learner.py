@@ -13,6 +13,9 @@ How a step is built, and why:
     ``nnx.update``; a :class:`rl.generation.sampler.Sampler` built on the same module therefore samples
     from the newest policy with no copy. (Donation deletes the old buffers: do not keep arrays
     from ``nnx.state(model)`` across a step.)
+  - **Bounded activations.** A batch is split into more micro-batches than ``microbatches`` when
+    its micro-batches would hold more than ``LearnerConfig.microbatch_tokens`` tokens per device
+    (:meth:`Learner.microbatches_for`), so a long-episode RL batch does not need gigabytes.
   - **Exact gradient accumulation** over ``microbatches`` inside the one step (see :mod:`rl.learning.train_step`,
     which holds the pure step; this module is its host side).
   - **The learner knows objectives, not algorithms.** ``LearnerConfig.objective`` is ``"policy"``
@@ -32,6 +35,7 @@ How a step is built, and why:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -42,7 +46,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rl.learning.batch import TrainBatch
-from rl.learning.learner_config import LearnerConfig
+from rl.learning.learner_config import SPLITTABLE_AGGREGATIONS, LearnerConfig
 from rl.learning.train_step import build_train_step, forward_logprobs, make_optimizer
 from rl.models.sharding import DEFAULT_RULES, Rules, host_to_sharded, logical_to_spec, state_shardings
 from rl.models.transformer import Transformer
@@ -255,10 +259,26 @@ class Learner:
                 fields[name] = host_to_sharded(np.asarray(value, dtype), sharding)
         return TrainBatch(**fields)
 
+    def microbatches_for(self, shape: tuple[int, int]) -> int:
+        """Micro-batches of a ``[B, T]`` batch: ``config.microbatches``, times the smallest factor of
+        the rows that keeps each micro-batch within ``config.microbatch_tokens`` tokens per device.
+
+        A function of the shape alone, so a resumed run splits every batch as the first run did.
+        """
+        b, t = shape
+        configured, budget = self.config.microbatches, self.config.microbatch_tokens
+        rows = b // (self.batch_parallelism * configured)  # per device, in each configured micro-batch
+        if not budget or rows * t <= budget or self.config.loss.aggregation not in SPLITTABLE_AGGREGATIONS:
+            return configured
+        factor = next((f for f in range(2, rows) if rows % f == 0 and rows // f * t <= budget), rows)
+        return configured * factor
+
     def _update(self, objective: str, batch: TrainBatch) -> dict[str, float]:
-        key = (objective, self._graphdef, self.config, self.mesh, self.rules)
+        placed = self._place_batch(batch, multiple=self.batch_multiple)
+        config = dataclasses.replace(self.config, microbatches=self.microbatches_for(placed.shape))
+        key = (objective, self._graphdef, config, self.mesh, self.rules)
         if key not in _PROGRAMS:
-            step_fn = build_train_step(self._graphdef, self.config, objective, self.rules, self._param_shardings)
+            step_fn = build_train_step(self._graphdef, config, objective, self.rules, self._param_shardings)
             batch_shardings = TrainBatch(**dict(zip(_BATCH_FIELDS, self._batch_shardings(), strict=True)))
             ref_shardings = self._param_shardings if objective == "policy" and self.config.use_reference else None
             _PROGRAMS[key] = jax.jit(
@@ -274,7 +294,6 @@ class Learner:
                 out_shardings=(self._param_shardings, self._opt_shardings, self._replicated, self._replicated),
                 donate_argnums=(0, 1, 2),
             )
-        placed = self._place_batch(batch, multiple=self.batch_multiple)
         ref = self._ref if objective == "policy" else None
         params, rest = self._params(), nnx.state(self.model, nnx.Not(nnx.Param))
         with jax.set_mesh(self.mesh):
