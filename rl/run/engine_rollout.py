@@ -44,8 +44,6 @@ from rl.run.rollout import (
     RolloutConfig,
     RolloutResult,
     _anomalous,
-    episode_seed,
-    requeue_of,
 )
 from rl.run.trajectory import DECODINGS, EpisodeRecord
 
@@ -115,17 +113,12 @@ class EngineRollout(Rollout):
         self._use_weights(weights)
         temperature = 0.0 if decoding == "greedy" else self.config.temperature if temperature is None else temperature
         k = group_size or self.config.group_size
-        version = step - 1 if policy_version is None else policy_version
         t0 = time.perf_counter()
         before = self.engine.stats()
-        live: list[_Live] = []
-        for g, task in enumerate(tasks):
-            for i in range(k):
-                seed = episode_seed(self.seed, step, task.id, g, i)
-                record = EpisodeRecord(
-                    step, task.id, task.domain, g, i, seed, split=task.split, decoding=decoding, policy_version=version
-                )
-                live.append(_Live(record, task, self.envs.get(task.domain), ContextMeter(self.tokenizer, record)))
+        live = [
+            _Live(e, tasks[e.group], self.envs.get(e.domain), ContextMeter(self.tokenizer, e))
+            for e in self._new_episodes(tasks, step, k, decoding, policy_version)
+        ]
         arrived: queue.SimpleQueue[tuple[int, str, JobResult]] = queue.SimpleQueue()
         for n, ep in enumerate(live):
             self._submit(arrived, n, "reset", ep, lambda _sb, ep=ep: self._reset(ep.env, ep.record, ep.task, ep.meter))
@@ -167,11 +160,7 @@ class EngineRollout(Rollout):
         timing["job_retries"] = float(sum(max(0, r.attempts - 1) for r in jobs))
         timing["job_queue_wait_p50_s"] = waits[len(waits) // 2] if waits else 0.0
         timing["job_queue_wait_max_s"] = waits[-1] if waits else 0.0
-        episodes = [ep.record for ep in live]
-        for e in episodes:
-            e.timing = {"env_s": sum(t.get("env_s", 0.0) for t in e.turns), "turns": float(len(e.turns))}
-        timing["total_s"] = time.perf_counter() - t0
-        return RolloutResult(episodes, requeue_of(episodes, tasks), timing)
+        return self._finish([ep.record for ep in live], tasks, timing, t0)
 
     # -- jobs ------------------------------------------------------------------------------
     def _submit(self, arrived: queue.SimpleQueue, n: int, kind: str, ep: _Live, fn: Any, spec: Any = None) -> None:

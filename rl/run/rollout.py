@@ -213,25 +213,8 @@ class Rollout:
         k = group_size or self.config.group_size
         temperature = self.config.temperature if temperature is None else temperature
         t0 = time.perf_counter()
-        episodes, envs = [], []
-        version = step - 1 if policy_version is None else policy_version
-        for g, task in enumerate(tasks):
-            for i in range(k):
-                seed = episode_seed(self.seed, step, task.id, g, i)
-                episodes.append(
-                    EpisodeRecord(
-                        step,
-                        task.id,
-                        task.domain,
-                        g,
-                        i,
-                        seed,
-                        split=task.split,
-                        decoding=decoding,
-                        policy_version=version,
-                    )
-                )
-                envs.append(self.envs.get(task.domain))
+        episodes = self._new_episodes(tasks, step, k, decoding, policy_version)
+        envs = [self.envs.get(e.domain) for e in episodes]
         tasks_of = [tasks[e.group] for e in episodes]
         meters = [ContextMeter(self.tokenizer, e) for e in episodes]
         resets = list(self._pool.map(self._reset, envs, episodes, tasks_of, meters))
@@ -251,6 +234,34 @@ class Rollout:
             turn += 1
         for env in envs:
             self.envs.put(env)
+        return self._finish(episodes, tasks, timing, t0)
+
+    def _new_episodes(
+        self, tasks: Sequence[Task], step: int, k: int, decoding: str, policy_version: int | None
+    ) -> list[EpisodeRecord]:
+        """``k`` fresh records per task, each seeded by what it samples, never by batch order."""
+        version = step - 1 if policy_version is None else policy_version
+        return [
+            EpisodeRecord(
+                step,
+                task.id,
+                task.domain,
+                g,
+                i,
+                episode_seed(self.seed, step, task.id, g, i),
+                split=task.split,
+                decoding=decoding,
+                policy_version=version,
+            )
+            for g, task in enumerate(tasks)
+            for i in range(k)
+        ]
+
+    @staticmethod
+    def _finish(
+        episodes: list[EpisodeRecord], tasks: Sequence[Task], timing: dict[str, float], t0: float
+    ) -> RolloutResult:
+        """Per-episode timing, the re-queue, the total: how every rollout ends."""
         for e in episodes:
             e.timing = {"env_s": sum(t.get("env_s", 0.0) for t in e.turns), "turns": float(len(e.turns))}
         timing["total_s"] = time.perf_counter() - t0
