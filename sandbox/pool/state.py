@@ -142,16 +142,21 @@ class PoolState:
             self.forget(entry)
         return dropped
 
-    def expire_idle(self, cutoff: float, keep: int) -> list[Entry]:
-        """Removes and returns idle sandboxes unused since ``cutoff``, beyond the ``keep`` newest per spec."""
+    def expire_idle(self, cutoff: float, keep: int, wanted: dict[tuple, int] | None = None) -> list[Entry]:
+        """Removes and returns idle sandboxes unused since ``cutoff``, beyond the ``keep`` newest per spec.
+
+        ``wanted``: queued demand per spec key; that many idle sandboxes of a key are kept too,
+        or a slow host would destroy a sandbox it is about to be asked for and make it again.
+        """
+        wanted = wanted or {}
         by_key: dict[tuple, list[Entry]] = {}
         for host in self.hosts:
             for key, entries in host.idle.items():
                 by_key.setdefault(key, []).extend(entries)
         victims: list[Entry] = []
-        for entries in by_key.values():
+        for key, entries in by_key.items():
             entries.sort(key=lambda e: e.last_used, reverse=True)
-            victims += [e for e in entries[keep:] if e.last_used < cutoff]
+            victims += [e for e in entries[max(keep, wanted.get(key, 0)) :] if e.last_used < cutoff]
         for entry in victims:
             entry.host.idle[entry.key].remove(entry)
             self.forget(entry)

@@ -194,7 +194,8 @@ class PoolUpkeep:
 
     def _shrink(self) -> None:
         with self._state.lock:
-            victims = self._state.expire_idle(time.monotonic() - self._config.idle_ttl_s, self._config.min_idle)
+            wanted = {key: n for key, (_, n) in self._wanted.items()}
+            victims = self._state.expire_idle(time.monotonic() - self._config.idle_ttl_s, self._config.min_idle, wanted)
         for entry in victims:
             self._submit(self._lifecycle.destroy, entry)
 

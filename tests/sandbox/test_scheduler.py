@@ -52,7 +52,7 @@ def square_after(delay: float, i: int):
 
 
 def test_results_in_submission_order_and_as_they_complete(sched):
-    delays = [0.6, 0.0, 0.3, 0.0]
+    delays = [3.0, 0.0, 0.3, 0.0]  # sq0 holds one of the 2 slots while the others pass through the other
     batch = sched.submit_batch(square_after(d, i) for i, d in enumerate(delays))
     completed = [r.key for r in batch.as_completed(timeout=120)]
     assert completed.index("sq1") < completed.index("sq0") and completed.index("sq3") < completed.index("sq0")
