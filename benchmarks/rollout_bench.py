@@ -11,12 +11,12 @@ random transformer on this machine's CPU (or GPU); tool calls are environment st
 - ``engine sync``: :class:`rl.run.engine_rollout.EngineRollout` (tools through the scheduler),
   then the update;
 - ``engine stale=1``: the same, with step ``u + 1`` sampled while the learner updates on ``u``
-  (:class:`rl.run.producer.RolloutProducer`).
+  and started while step ``u``'s stragglers still run (:class:`rl.run.producer.RolloutProducer`).
 
 It prints episodes/s, generated tokens/s, prefill tokens per episode (lock-step prefills every
 turn's whole context; the engine only what is new) and the ratio to lock-step.
 
-    python benchmarks/rollout_bench.py [--steps 3] [--tasks 8] [--group 4] [--turns 4] [--quick]
+    python benchmarks/rollout_bench.py [--steps 6] [--tasks 8] [--group 4] [--turns 4] [--quick]
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class LatencyEnv:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--tasks", type=int, default=8)
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--turns", type=int, default=4)
@@ -152,16 +152,16 @@ def main() -> int:
             engine = DecodeEngine(model, tok, mesh, engine_cfg)
             rollout = EngineRollout(engine, tok, rollout_cfg, make_envs(), scheduler, lender)
 
-        def produce(step: int, weights: Any, version: int) -> Produced:
-            tasks = tasks_of(step)
-            return Produced(step, tasks, rollout.run(tasks, step=step, weights=weights, policy_version=version), None)
+        def finish(step: int, tasks: list[Task], result: Any) -> Produced:
+            return Produced(step, tasks, result, None)
 
         # Warm-up step (compiles), not timed.
-        learn(model, learner, produce(0, None, -1))
+        learn(model, learner, finish(0, tasks_of(0), rollout.run(tasks_of(0), step=0, policy_version=-1)))
         t0 = time.perf_counter()
         produced = []
         if staleness:
-            producer = RolloutProducer(produce, model, staleness=staleness, rl_start=0, first=1, last=args.steps)
+            producer = RolloutProducer(rollout, tasks_of, finish, model, staleness=staleness, rl_start=0, first=1,
+                                       last=args.steps)  # fmt: skip
             producer.start()
             producer.publish(0)
             for step in range(1, args.steps + 1):
@@ -171,7 +171,8 @@ def main() -> int:
             producer.stop()
         else:
             for step in range(1, args.steps + 1):
-                produced.append(produce(step, None, step - 1))
+                tasks = tasks_of(step)
+                produced.append(finish(step, tasks, rollout.run(tasks, step=step, policy_version=step - 1)))
                 learn(model, learner, produced[-1])
         wall = time.perf_counter() - t0
         eps = [e for p in produced for e in p.result.episodes]

@@ -21,6 +21,11 @@ across turns:
   - Sampling is the sampler's (see :mod:`rl.generation.engine_programs`), so a first turn gives
     the sampler's tokens for the same prompt, settings and seed, and a request's tokens depend
     neither on its neighbours nor on when it was inserted.
+  - Several policy versions at once: ``load_weights(key, state)`` and ``add(..., weights=key)``.
+    Asynchronous RL starts step ``u + 1``'s episodes (sampled by a newer policy) while step
+    ``u``'s stragglers still decode with theirs: each step decodes its version's slots (the
+    others ride along masked, unchanged), so a turn's tokens stay a function of its own context,
+    seed and weights.
 
 Host bookkeeping (which sequence holds which slot, how many tokens its cache holds, its turn so far)
 lives here; the device holds the cache and each slot's last token, step count and settings.
@@ -114,6 +119,21 @@ class EngineConfig:
 
 
 @dataclasses.dataclass
+class _Weights:
+    """One set of parameters to decode with, as placed for the programs, and its LM head.
+
+    ``state`` None: the engine's module, read in place (its Variables see a learner's updates).
+    Weak references to the arrays last placed and to the head's source: placement and the head
+    (a transposed copy of a tied embedding) are redone only when those arrays change, and stale
+    weights are never kept alive by the engine.
+    """
+
+    state: Any = None
+    placed: list[weakref.ref] = dataclasses.field(default_factory=list)
+    head: tuple[weakref.ref, jax.Array] | None = None
+
+
+@dataclasses.dataclass
 class _Seq:
     """Host view of one sequence: where its cache is, how long it is, its turn in flight."""
 
@@ -122,6 +142,7 @@ class _Seq:
     length: int = 0  # tokens in its cache
     pending: list[int] = dataclasses.field(default_factory=list)  # to prefill before the turn decodes
     params: SamplingParams | None = None  # the turn in flight, if any
+    weights: Hashable = None  # key of the parameters its turns decode with
     seed: int = 0
     stops: tuple[int, ...] = ()
     start: int = 0  # cache length when the turn's first token was sampled
@@ -129,6 +150,8 @@ class _Seq:
     logprobs: list[float] = dataclasses.field(default_factory=list)
     raw: list[float] = dataclasses.field(default_factory=list)
     used: int = 0  # LRU clock
+    prefilled: int = 0  # tokens this sequence prefilled, over all its turns
+    reused: int = 0  # context its turns found in their cache
 
 
 def _bucket(n: int, buckets: Sequence[int]) -> int:
@@ -153,10 +176,8 @@ class DecodeEngine:
         self.mesh = mesh
         self.config = cfg = config or EngineConfig()
         self._graphdef, state = nnx.split(model)
-        self._state: Any = None  # a pinned nnx.State (update_weights), else the module's
         self._module_state = nnx.state(model)  # its Variables: in-place updates are seen
-        self._placed: list[weakref.ref] = []  # parameter arrays known to be placed right
-        self._head: tuple[weakref.ref, jax.Array] | None = None  # (the array it was made from, the head)
+        self._weights: dict[Hashable, _Weights] = {None: _Weights()}  # None: update_weights'
         self._state_shardings = jax.tree.map(lambda x: x.sharding, state)
         self._vocab_limit = min(tokenizer.vocab_size, model.config.vocab_size)
         sizes = dict(mesh.shape)
@@ -167,6 +188,7 @@ class DecodeEngine:
         self._seqs: dict[Hashable, _Seq] = {}
         self._queue: collections.deque[Hashable] = collections.deque()
         self._owner: list[Hashable | None] = [None] * self.slots
+        self._slot_weights: list[Hashable] = [None] * self.slots  # the weights key of each decoding slot
         self._decoding = np.zeros(self.slots, bool)
         self._clock = 0
         self._stats = dict.fromkeys(
@@ -197,27 +219,26 @@ class DecodeEngine:
         fields = {f.name: one for f in dataclasses.fields(SlotState)}
         return SlotState(**{**fields, "stop_ids": self._batch_sharding((self.slots, self._stop_width))})
 
-    def _params_state(self) -> tuple[Any, jax.Array]:
-        """The parameters to decode with, placed as the programs expect, and their LM head.
+    def _params_state(self, key: Hashable) -> tuple[Any, jax.Array]:
+        """The parameters of weights ``key``, placed as the programs expect, and their LM head.
 
-        Called every step, so it avoids work when nothing changed: the module's state is read once
-        (its Variables see in-place updates), placement is checked only for arrays not seen
-        before, and the head (a transposed copy of a tied embedding) is remade only when the
-        array it comes from changes. Weak references: the engine never keeps stale weights alive.
+        Called every step, so it avoids work when nothing changed: placement is checked only for
+        arrays not seen before, and the head is remade only when the array it comes from changes.
         """
-        state = self._state if self._state is not None else self._module_state
+        w = self._weights[key]
+        state = w.state if w.state is not None else self._module_state
         leaves = jax.tree.leaves(state)
-        if len(leaves) != len(self._placed) or any(r() is not x for r, x in zip(self._placed, leaves, strict=False)):
+        if len(leaves) != len(w.placed) or any(r() is not x for r, x in zip(w.placed, leaves, strict=False)):
             shardings = self._state_shardings
             state = jax.tree.map(lambda x, s: x if x.sharding == s else jax.device_put(x, s), state, shardings)
             placed = jax.tree.leaves(state)
             # Arrays moved here are this call's copies: check the caller's arrays again next time.
-            self._placed = [weakref.ref(x) for x in leaves] if all(map(operator.is_, placed, leaves)) else []
+            w.placed = [weakref.ref(x) for x in leaves] if all(map(operator.is_, placed, leaves)) else []
         source = jax.tree.leaves(state["embed" if self.model.config.tie_embeddings else "lm_head"])[0]
-        if self._head is None or self._head[0]() is not source:
+        if w.head is None or w.head[0]() is not source:
             program = self._jit(("head",), lambda: head_program(self._graphdef), (self._state_shardings,), None, ())
-            self._head = (weakref.ref(source), program(state))
-        return state, self._head[1]
+            w.head = (weakref.ref(source), program(state))
+        return state, w.head[1]
 
     def _jit(self, key: tuple, build: Any, in_shardings: tuple, out_shardings: Any, donate: tuple[int, ...]) -> Any:
         if key not in self._programs:
@@ -235,9 +256,37 @@ class DecodeEngine:
         if isinstance(state_or_model, nnx.Module):
             if nnx.split(state_or_model)[0] != self._graphdef:
                 raise ValueError("update_weights: the model's structure differs from the engine's model")
-            self.model, self._state, self._module_state = state_or_model, None, nnx.state(state_or_model)
+            self.model, self._module_state = state_or_model, nnx.state(state_or_model)
+            self._weights[None] = _Weights()
         else:
-            self._state = state_or_model
+            self._weights[None] = _Weights(self._checked_state(state_or_model, "update_weights"))
+
+    def load_weights(self, key: Hashable, state: Any) -> None:
+        """Keeps another set of parameters (an ``nnx.State`` of the engine's model) under ``key``:
+        turns added with ``weights=key`` decode with it, next to turns of other keys."""
+        if key is None:
+            raise ValueError("load_weights(key=None): None names update_weights' parameters; pick another key")
+        self._weights[key] = _Weights(self._checked_state(state, "load_weights"))
+
+    def unload_weights(self, key: Hashable) -> None:
+        """Forgets the parameters under ``key`` (no turn in flight may still use them)."""
+        if any(s.weights == key and s.params is not None for s in self._seqs.values()):
+            raise ValueError(f"unload_weights(key={key!r}): a turn in flight still decodes with these weights")
+        if key is not None:
+            self._weights.pop(key, None)
+
+    @property
+    def weights_keys(self) -> set[Hashable]:
+        """Keys of the parameter sets held (``None``: update_weights')."""
+        return set(self._weights)
+
+    def _checked_state(self, state: Any, caller: str) -> Any:
+        if isinstance(state, nnx.Module):
+            state = nnx.state(state)
+        want, got = jax.tree.structure(self._module_state), jax.tree.structure(state)
+        if want != got:
+            raise ValueError(f"{caller}: the state's structure differs from the engine's model's")
+        return state
 
     @property
     def idle(self) -> bool:
@@ -256,12 +305,19 @@ class DecodeEngine:
         return {**{k: float(v) for k, v in self._stats.items()}, "slots_busy": float(busy),
                 "compiled_programs": float(len(self._programs))}  # fmt: skip
 
-    def add(self, seq_id: Hashable, token_ids: Sequence[int], params: SamplingParams, seed: int) -> None:
+    def add(
+        self, seq_id: Hashable, token_ids: Sequence[int], params: SamplingParams, seed: int, *, weights: Hashable = None
+    ) -> None:
         """Queue one turn of ``seq_id``: append ``token_ids`` to its sequence (the whole prompt for a new
         sequence; only the new tokens, e.g. an observation, for one that continues), then generate until a
-        stop token, a stop string or ``params.max_new_tokens``. A sequence has at most one turn in flight."""
+        stop token, a stop string or ``params.max_new_tokens``. A sequence has at most one turn in flight.
+
+        ``weights``: the key of the parameters to decode with (:meth:`load_weights`); None: those of
+        :meth:`update_weights`. The turn's cache entries are computed by these weights too."""
         if not isinstance(params, SamplingParams):
             raise TypeError(f"add(params=): expected SamplingParams, got {type(params).__name__}")
+        if weights not in self._weights:
+            raise KeyError(f"add(weights={weights!r}): no such weights; load_weights() them first")
         seq = self._seqs.get(seq_id)
         if seq is not None and seq.params is not None:
             raise ValueError(f"add(seq_id={seq_id!r}): this sequence already has a turn in flight")
@@ -282,12 +338,15 @@ class DecodeEngine:
         if seq is None:
             seq = self._seqs[seq_id] = _Seq()
         seq.pending += [int(t) for t in token_ids]
-        seq.params, seq.seed, seq.stops = params, int(seed), tuple(stops)
+        seq.params, seq.seed, seq.stops, seq.weights = params, int(seed), tuple(stops), weights
         seq.ids, seq.logprobs, seq.raw = [], [], []
         self._queue.append(seq_id)
 
-    def release(self, seq_id: Hashable) -> None:
-        """Drops a sequence, its turn in flight if any, and its cache (the episode ended)."""
+    def release(self, seq_id: Hashable) -> dict[str, int]:
+        """Drops a sequence, its turn in flight if any, and its cache (the episode ended).
+
+        Returns its counters over all its turns: ``prefill_tokens``, ``prefill_tokens_reused``.
+        """
         seq = self._seqs.pop(seq_id, None)
         if seq is None:
             raise KeyError(f"release(seq_id={seq_id!r}): unknown sequence")
@@ -295,6 +354,7 @@ class DecodeEngine:
             self._queue.remove(seq_id)
         if seq.slot is not None:
             self._owner[seq.slot], self._decoding[seq.slot] = None, False
+        return {"prefill_tokens": seq.prefilled, "prefill_tokens_reused": seq.reused}
 
     def step(self) -> list[tuple[Hashable, Completion]]:
         """One iteration: prefill queued turns into slots (a new sequence takes a free slot; a continuing one
@@ -302,12 +362,12 @@ class DecodeEngine:
         Returns the turns that finished in this iteration; their slots stop decoding at once."""
         finished: list[tuple[Hashable, Completion]] = []
         with jax.set_mesh(self.mesh):
-            state = self._params_state()  # (parameters, LM head)
             ready = self._admit()
             if ready:
-                finished += self._prefill(state, ready)
-            if self._decoding.any():
-                finished += self._decode(state)
+                finished += self._prefill(ready)
+            for key in dict.fromkeys(self._slot_weights[s] for s in np.flatnonzero(self._decoding)):
+                active = self._decoding & np.array([w == key for w in self._slot_weights])
+                finished += self._decode(self._params_state(key), active)
         return finished
 
     # -- slots ------------------------------------------------------------------------
@@ -373,18 +433,23 @@ class DecodeEngine:
         self._stats["paged_in"] += 1
 
     # -- prefill and decode -------------------------------------------------------------
-    def _prefill(self, state: Any, ready: list[Hashable]) -> list[tuple[Hashable, Completion]]:
-        """Prefills every admitted turn's pending tokens (long ones chunk by chunk); samples first tokens."""
+    def _prefill(self, ready: list[Hashable]) -> list[tuple[Hashable, Completion]]:
+        """Prefills every admitted turn's pending tokens (long ones chunk by chunk, rows grouped by
+        weights and chunk bucket); samples first tokens."""
         cfg, finished = self.config, []
         for seq_id in ready:
-            self._stats["prefill_tokens_reused"] += self._seqs[seq_id].length
+            seq = self._seqs[seq_id]
+            self._stats["prefill_tokens_reused"] += seq.length
+            seq.reused += seq.length
         todo = list(ready)
         while todo:
-            groups: dict[int, list[Hashable]] = collections.defaultdict(list)
+            groups: dict[tuple[Hashable, int], list[Hashable]] = collections.defaultdict(list)
             for seq_id in todo:
-                n = min(len(self._seqs[seq_id].pending), cfg.prefill_buckets[-1])
-                groups[_bucket(n, cfg.prefill_buckets)].append(seq_id)
-            for chunk, members in sorted(groups.items()):
+                seq = self._seqs[seq_id]
+                n = min(len(seq.pending), cfg.prefill_buckets[-1])
+                groups[seq.weights, _bucket(n, cfg.prefill_buckets)].append(seq_id)
+            for (key, chunk), members in sorted(groups.items(), key=lambda kv: kv[0][1]):  # stable: by chunk
+                state = self._params_state(key)
                 most = cfg.prefill_rows or 1 << max(0, (cfg.prefill_tokens // chunk).bit_length() - 1)
                 for i in range(0, len(members), most):
                     finished += self._prefill_call(state, chunk, members[i : i + most])
@@ -430,17 +495,18 @@ class DecodeEngine:
         for r, (seq_id, seq, n) in enumerate(zip(members, seqs, take, strict=True)):
             seq.pending, seq.length = seq.pending[n:], seq.length + n
             self._stats["prefill_tokens"] += n
+            seq.prefilled += n
             if seq.pending:
                 continue
             seq.start = seq.length
-            self._decoding[seq.slot] = True
+            self._decoding[seq.slot], self._slot_weights[seq.slot] = True, seq.weights
             done = self._extend(seq, [int(token[r])], [float(lp[r])], [float(raw[r])], still=True)
             if done is not None:
                 finished.append((seq_id, done))
         return finished
 
-    def _decode(self, state: Any) -> list[tuple[Hashable, Completion]]:
-        active = self._decoding.copy()
+    def _decode(self, state: Any, active: np.ndarray) -> list[tuple[Hashable, Completion]]:
+        """``decode_steps`` steps of the ``active`` slots (all decoding with ``state``)."""
         steps = self.config.decode_steps
         longest = max(self._seqs[self._owner[s]].length for s in np.flatnonzero(active))
         window = _bucket(min(longest + steps, self.config.max_len), self.config.windows())

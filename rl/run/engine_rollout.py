@@ -26,10 +26,11 @@ machines::
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import queue
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from envs import AgentEnv, Task
@@ -42,6 +43,7 @@ from rl.run.rollout import (
     EnvCache,
     Rollout,
     RolloutConfig,
+    RolloutHandle,
     RolloutResult,
     _anomalous,
 )
@@ -63,8 +65,32 @@ class _Live:
     tainted: bool = False  # its env may still be running in an abandoned job: never reuse it
 
 
+@dataclasses.dataclass
+class _Batch:
+    """One started rollout (an RL step's episodes, or an evaluation's) and its bookkeeping."""
+
+    id: int
+    tasks: Sequence[Task]
+    live: list[_Live]
+    temperature: float
+    weights: Hashable  # the engine's key for the parameters it decodes with
+    handle: RolloutHandle
+    t0: float
+    remaining: int
+    timing: dict[str, float]
+    keep: Any = None  # its parameter state, alive while the engine decodes with it
+    jobs: list[JobResult] = dataclasses.field(default_factory=list)
+    prefill: dict[str, float] = dataclasses.field(
+        default_factory=lambda: {"prefill_tokens": 0.0, "prefill_tokens_reused": 0.0}
+    )
+
+
 class EngineRollout(Rollout):
     """Runs groups of episodes on a :class:`DecodeEngine` and a :class:`Scheduler` (module docstring).
+
+    Several rollouts can be in flight at once (:meth:`start`, :meth:`advance`): an asynchronous
+    run starts step ``u + 1``'s episodes, with its own policy version, while step ``u``'s
+    stragglers still wait on their tools, and an evaluation can run while both are in flight.
 
     Args:
       engine: decodes the turns (on the policy's mesh).
@@ -89,14 +115,28 @@ class EngineRollout(Rollout):
         self.engine, self.scheduler, self.lender = engine, scheduler, lender
         self.tokenizer, self.config, self.envs, self.seed = tokenizer, config, envs, seed
         self.model = engine.model
+        self._batches: dict[int, _Batch] = {}
+        self._ids = itertools.count()
+        self._arrived: queue.SimpleQueue[tuple[int, int, str, JobResult]] = queue.SimpleQueue()
 
     def close(self) -> None:
         self.envs.close()
 
-    def _use_weights(self, weights: Any) -> None:
-        self.engine.update_weights(weights if weights is not None else self.model)
+    @property
+    def in_flight(self) -> int:
+        """Rollouts started and not finished."""
+        return len(self._batches)
 
-    def run(
+    def run(self, tasks: Sequence[Task], **kwargs: Any) -> RolloutResult:
+        """As :meth:`Rollout.run`; the timing adds ``prefill_tokens``, ``prefill_tokens_reused`` and the
+        scheduler's ``jobs``, ``job_retries``, ``job_queue_wait_p50_s``, ``job_queue_wait_max_s``.
+        Other rollouts in flight move forward meanwhile."""
+        handle = self.start(tasks, **kwargs)
+        while not handle.done:
+            self.advance()
+        return handle.get()
+
+    def start(
         self,
         tasks: Sequence[Task],
         *,
@@ -106,64 +146,115 @@ class EngineRollout(Rollout):
         temperature: float | None = None,
         weights: Any = None,
         policy_version: int | None = None,
-    ) -> RolloutResult:
-        """As :meth:`Rollout.run`; the timing adds ``prefill_tokens`` and ``prefill_tokens_reused``."""
+    ) -> RolloutHandle:
+        """Starts a rollout (arguments as :meth:`Rollout.run`) and returns at once: its resets go to
+        the scheduler and :meth:`advance` runs it (and every other one in flight) to the end.
+
+        ``weights`` None: the engine's model, read in place (the caller must not update it while
+        this rollout is in flight); else a parameter state, decoded next to other rollouts'."""
         if decoding not in DECODINGS:
-            raise ValueError(f"EngineRollout.run(decoding=): expected one of {DECODINGS}, got {decoding!r}")
-        self._use_weights(weights)
+            raise ValueError(f"EngineRollout.start(decoding=): expected one of {DECODINGS}, got {decoding!r}")
+        key = None
+        if weights is None:
+            self.engine.update_weights(self.model)
+        else:
+            key = ("weights", id(weights))
+            if key not in self.engine.weights_keys:
+                self.engine.load_weights(key, weights)
         temperature = 0.0 if decoding == "greedy" else self.config.temperature if temperature is None else temperature
         k = group_size or self.config.group_size
-        t0 = time.perf_counter()
-        before = self.engine.stats()
-        live = [
-            _Live(e, tasks[e.group], self.envs.get(e.domain), ContextMeter(self.tokenizer, e))
-            for e in self._new_episodes(tasks, step, k, decoding, policy_version)
-        ]
-        arrived: queue.SimpleQueue[tuple[int, str, JobResult]] = queue.SimpleQueue()
-        for n, ep in enumerate(live):
-            self._submit(arrived, n, "reset", ep, lambda _sb, ep=ep: self._reset(ep.env, ep.record, ep.task, ep.meter))
-        timing = {"generate_s": 0.0, "env_s": 0.0, "reset_s": 0.0}
-        remaining = len(live)
-        jobs: list[JobResult] = []
+        records = self._new_episodes(tasks, step, k, decoding, policy_version)
+        batch = _Batch(
+            id=next(self._ids),
+            tasks=tasks,
+            live=[_Live(e, tasks[e.group], self.envs.get(e.domain), ContextMeter(self.tokenizer, e)) for e in records],
+            temperature=temperature,
+            weights=key,
+            handle=RolloutHandle(),
+            t0=time.perf_counter(),
+            remaining=len(records),
+            timing={"generate_s": 0.0, "env_s": 0.0, "reset_s": 0.0},
+            keep=weights,
+        )
+        self._batches[batch.id] = batch
+        for n, ep in enumerate(batch.live):
+            reset = lambda _sb, ep=ep: self._reset(ep.env, ep.record, ep.task, ep.meter)  # noqa: E731
+            self._submit(batch, n, "reset", ep, reset)
+        if not batch.live:
+            self._complete(batch)
+        return batch.handle
+
+    def advance(self, timeout: float | None = None) -> None:
+        """One iteration over every rollout in flight: take the tool results that arrived (blocking for one,
+        up to ``timeout`` seconds, only when there is nothing to decode), then one engine step.
+
+        An error here (the engine's, or a bug) fails every rollout in flight: their handles carry it.
+        """
         try:
-            while remaining:
-                # Block for a tool only when there is nothing to decode.
-                items = [arrived.get()] if self.engine.idle else []
-                while not arrived.empty():
-                    items.append(arrived.get())
-                for n, kind, result in items:
-                    jobs.append(result)
-                    timing["reset_s" if kind == "reset" else "env_s"] += result.run_s
-                    remaining -= self._arrive(live[n], n, kind, result, temperature)
-                if not self.engine.idle:
-                    t = time.perf_counter()
-                    finished = self.engine.step()
-                    timing["generate_s"] += time.perf_counter() - t
-                    for n, completion in finished:
-                        self._turn_done(arrived, n, live[n], completion)
-        finally:
-            for n, ep in enumerate(live):
-                if not ep.done:  # interrupted: its sequence is dropped; its env may be mid-step
-                    self._end(n, ep)
-                    ep.tainted = True
-        for ep in live:
+            if self.engine.idle:
+                try:
+                    items = [self._arrived.get(timeout=timeout)]
+                except queue.Empty:
+                    return
+            else:
+                items = []
+            while not self._arrived.empty():
+                items.append(self._arrived.get())
+            for batch_id, n, kind, result in items:
+                batch = self._batches.get(batch_id)
+                if batch is None:  # a failed rollout's late job
+                    continue
+                batch.jobs.append(result)
+                batch.timing["reset_s" if kind == "reset" else "env_s"] += result.run_s
+                self._arrive(batch, n, kind, result)
+            if not self.engine.idle:
+                t = time.perf_counter()
+                finished = self.engine.step()
+                took = time.perf_counter() - t
+                for batch in self._batches.values():  # overlapping rollouts each count the shared time
+                    batch.timing["generate_s"] += took
+                for (batch_id, n), completion in finished:
+                    batch = self._batches[batch_id]
+                    self._turn_done(batch, n, batch.live[n], completion)
+        except BaseException as exc:
+            for batch in list(self._batches.values()):
+                self._fail(batch, exc)
+            raise
+
+    def _fail(self, batch: _Batch, exc: BaseException) -> None:
+        """Drops a rollout whose driver failed: its sequences go, its environments are never reused."""
+        for n, ep in enumerate(batch.live):
+            if not ep.done:
+                ep.done = ep.tainted = True
+                if ep.known:
+                    self.engine.release((batch.id, n))
+        self._batches.pop(batch.id, None)
+        self._unload(batch)
+        batch.handle.error = exc
+
+    def _unload(self, batch: _Batch) -> None:
+        if batch.weights is not None and not any(b.weights == batch.weights for b in self._batches.values()):
+            self.engine.unload_weights(batch.weights)
+
+    def _complete(self, batch: _Batch) -> None:
+        """Every episode of the rollout ended: environments back, timing, the result."""
+        self._batches.pop(batch.id, None)
+        self._unload(batch)
+        for ep in batch.live:
             if ep.tainted:
                 log.warning("not reusing the environment of %s: its job ended without a result", ep.task.id)
             else:
                 self.envs.put(ep.env)
-        after = self.engine.stats()
-        for key in ("prefill_tokens", "prefill_tokens_reused"):
-            timing[key] = after[key] - before[key]
-        # This rollout's jobs (the scheduler's own metrics window spans whatever ran meanwhile).
-        waits = sorted(r.queue_wait_s for r in jobs)
-        timing["jobs"] = float(len(jobs))
-        timing["job_retries"] = float(sum(max(0, r.attempts - 1) for r in jobs))
+        timing = {**batch.timing, **batch.prefill}
+        waits = sorted(r.queue_wait_s for r in batch.jobs)
+        timing["jobs"] = float(len(batch.jobs))
+        timing["job_retries"] = float(sum(max(0, r.attempts - 1) for r in batch.jobs))
         timing["job_queue_wait_p50_s"] = waits[len(waits) // 2] if waits else 0.0
         timing["job_queue_wait_max_s"] = waits[-1] if waits else 0.0
-        return self._finish([ep.record for ep in live], tasks, timing, t0)
+        batch.handle.result = self._finish([ep.record for ep in batch.live], batch.tasks, timing, batch.t0)
 
     # -- jobs ------------------------------------------------------------------------------
-    def _submit(self, arrived: queue.SimpleQueue, n: int, kind: str, ep: _Live, fn: Any, spec: Any = None) -> None:
+    def _submit(self, batch: _Batch, n: int, kind: str, ep: _Live, fn: Any, spec: Any = None) -> None:
         turn = len(ep.record.turns)
         job = Job(
             fn,
@@ -174,9 +265,9 @@ class EngineRollout(Rollout):
             metadata={"task_id": ep.task.id, "episode": n, "kind": kind, "turn": turn},
         )
         handle = self.scheduler.submit(job)
-        handle.future.add_done_callback(lambda f: arrived.put((n, kind, f.result())))
+        handle.future.add_done_callback(lambda f: self._arrived.put((batch.id, n, kind, f.result())))
 
-    def _turn_done(self, arrived: queue.SimpleQueue, n: int, ep: _Live, completion: Completion) -> None:
+    def _turn_done(self, batch: _Batch, n: int, ep: _Live, completion: Completion) -> None:
         """A turn finished decoding: its environment step goes to the scheduler."""
         ep.known = len(ep.record.token_ids) + len(completion.token_ids)
         text = self.tokenizer.decode(completion.token_ids)
@@ -186,10 +277,11 @@ class EngineRollout(Rollout):
             with self.lender.lend(sandbox):
                 return self._step(ep.env, ep.record, ep.meter, completion)
 
-        self._submit(arrived, n, "step", ep, step, spec)
+        self._submit(batch, n, "step", ep, step, spec)
 
-    def _arrive(self, ep: _Live, n: int, kind: str, result: JobResult, temperature: float) -> int:
-        """A reset or step job ended: the episode's next turn goes to the engine, or it ends (returns 1)."""
+    def _arrive(self, batch: _Batch, n: int, kind: str, result: JobResult) -> None:
+        """A reset or step job ended: the episode's next turn goes to the engine, or it ends."""
+        ep = batch.live[n]
         if result.status != "ok":  # no result: the deadline passed, or the job itself failed
             ep.tainted = True
             cause = result.cause or result.status
@@ -197,17 +289,20 @@ class EngineRollout(Rollout):
             ep.record.end_reason = f"{kind}_{result.status}"
             if result.error:
                 log.warning("%s of %s ended %s: %s", kind, ep.task.id, result.status, result.error.splitlines()[-1])
-            return self._end(n, ep)
-        if not result.value:  # reset failed, or the episode is over (verified, or an anomaly recorded)
-            return self._end(n, ep)
-        params, seed = self._turn_request(ep.record, temperature)
-        new = ep.record.token_ids[ep.known :]
-        ep.known = len(ep.record.token_ids)
-        self.engine.add(n, new, params, seed)
-        return 0
+            self._end(batch, n, ep)
+        elif not result.value:  # reset failed, or the episode is over (verified, or an anomaly recorded)
+            self._end(batch, n, ep)
+        else:
+            params, seed = self._turn_request(ep.record, batch.temperature)
+            new = ep.record.token_ids[ep.known :]
+            ep.known = len(ep.record.token_ids)
+            self.engine.add((batch.id, n), new, params, seed, weights=batch.weights)
 
-    def _end(self, n: int, ep: _Live) -> int:
+    def _end(self, batch: _Batch, n: int, ep: _Live) -> None:
         ep.done = True
         if ep.known:  # the engine holds its sequence
-            self.engine.release(n)
-        return 1
+            for key, value in self.engine.release((batch.id, n)).items():
+                batch.prefill[key] += value
+        batch.remaining -= 1
+        if batch.remaining == 0:
+            self._complete(batch)

@@ -2,20 +2,29 @@
 
 Step ``u`` trains on episodes sampled by the policy of step ``version(u) = max(u - 1 - s, S)``
 (``s = loop.max_staleness``, ``S`` the last SFT step: RL's first policy). The learner *publishes*
-each step's parameters once that step is checkpointed; the producer samples step ``u`` as soon as
+each step's parameters once that step is checkpointed; the producer starts step ``u`` as soon as
 ``version(u)`` is published, and the learner *takes* step ``u``'s episodes when it gets there. So:
 
 - ``s = 0`` is the synchronous loop: step ``u`` is sampled only after update ``u - 1``, by the
   live model, while the learner waits — the same computations in the same order.
-- ``s = 1`` samples step ``u + 1`` while the learner updates on step ``u``. Tokens and log-probs
-  stay a function of the seed and the version (the engine is row-independent), so a run is
-  bit-reproducible for a given ``s``.
+- ``s = 1`` samples step ``u + 1`` while the learner updates on step ``u``. With the decode
+  engine, step ``u + 1`` starts the moment ``u - 1`` is published, even while step ``u``'s
+  stragglers still wait on their tools: both steps' episodes decode side by side, each with its
+  own policy version (:meth:`rl.generation.engine.DecodeEngine.load_weights`), so the slots that
+  ``u``'s finished episodes free are filled at once. Tokens and log-probs stay a function of the
+  seed and the version (the engine is row-independent), so a run is bit-reproducible for a given
+  ``s``, whatever the tool latencies.
+- Tasks: step ``u``'s are drawn when it starts; a task re-queued by step ``u`` (its environment
+  failed) is eligible from step ``u + 1 + s`` on, the first step that cannot start before ``u``
+  has finished, so what a step draws never depends on timing.
 - Exact resume: a checkpoint at step ``t`` is written *before* ``t`` is published, so the producer
   has drawn at most step ``t + s``. The checkpoint keeps steps ``t + 1 .. t + s`` (sampled by
   versions older than ``t``, which no checkpoint holds) with the task stream's state after them;
   a resumed run trains on those, and samples ``t + s + 1`` on from the restored parameters.
 
-Evaluation and the producer share one rollout (one engine): :attr:`lock` serialises them.
+Evaluation and the producer share one rollout (one engine): :attr:`lock` serialises the threads
+that drive it. An evaluation run while steps are in flight drives them too (their episodes keep
+moving; their numbers do not depend on it).
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from envs import Task
-from rl.run.rollout import RolloutResult
+from rl.run.rollout import Rollout, RolloutHandle, RolloutResult
 from rl.run.trajectory import EpisodeRecord
 
 log = logging.getLogger(__name__)
@@ -68,8 +77,12 @@ class RolloutProducer:
     """Samples RL steps ``first .. last`` ahead of the learner (see the module docstring).
 
     Args:
-      produce: ``produce(step, weights, version) -> Produced``: draws the step's tasks and runs
-        them (called on the producer's thread, under :attr:`lock`).
+      rollout: starts and advances rollouts (:meth:`~rl.run.rollout.Rollout.start`); an
+        :class:`~rl.run.engine_rollout.EngineRollout` keeps several steps in flight at once.
+      draw: ``draw(step) -> tasks``: the step's tasks (called on the producer's thread, under
+        :attr:`lock`, in step order).
+      finish: ``finish(step, tasks, result) -> Produced`` (same thread, under :attr:`lock`, in step
+        order).
       model: the learner's model; its parameters are copied at each publish when ``staleness > 0``.
       staleness: ``loop.max_staleness``.
       rl_start: the last SFT step (the version of RL's first policy).
@@ -79,7 +92,9 @@ class RolloutProducer:
 
     def __init__(
         self,
-        produce: Callable[[int, Any, int], Produced],
+        rollout: Rollout,
+        draw: Callable[[int], list[Task]],
+        finish: Callable[[int, list[Task], RolloutResult], Produced],
         model: nnx.Module,
         *,
         staleness: int,
@@ -88,9 +103,9 @@ class RolloutProducer:
         last: int,
         restored: list[Produced] = (),
     ):
-        self._produce, self._model = produce, model
+        self._rollout, self._draw, self._finish, self._model = rollout, draw, finish, model
         self.staleness, self.rl_start, self.last = staleness, rl_start, last
-        self.lock = threading.RLock()  # held while sampling: evaluation takes it too
+        self.lock = threading.RLock()  # held while driving the rollout: evaluation takes it too
         self._cond = threading.Condition()
         self._ready: dict[int, Produced] = {p.step: p for p in restored}
         self._next = max([first - 1, *self._ready]) + 1
@@ -116,7 +131,7 @@ class RolloutProducer:
             self._weights[step] = weights
             self._published = step
             for old in [v for v in self._weights if v < self.version(self._next)]:
-                del self._weights[old]
+                del self._weights[old]  # rollouts in flight keep their own reference
             self._cond.notify_all()
 
     def take(self, step: int) -> Produced:
@@ -130,7 +145,8 @@ class RolloutProducer:
 
     def pending(self, after: int) -> list[Produced]:
         """Steps after ``after`` sampled by versions older than ``after`` (what a checkpoint at
-        ``after`` must keep), waiting until they are all sampled."""
+        ``after`` must keep), waiting until they are all sampled. No later step is drawn before
+        ``after`` is published, so the data stream is then exactly past these."""
         needed = [u for u in range(after + 1, min(after + self.staleness, self.last) + 1) if self.version(u) < after]
         with self._cond:
             while any(u not in self._ready for u in needed) and self._error is None:
@@ -146,23 +162,43 @@ class RolloutProducer:
         if self._thread.is_alive():
             self._thread.join(timeout=10)  # mid-rollout it is a daemon: closing the scheduler ends its jobs
 
+    def _admissible(self) -> list[tuple[int, int, Any]]:
+        """Steps whose policy is published and not started yet, in order (``_cond`` held)."""
+        out = []
+        while self._next <= self.last and self._published >= self.version(self._next):
+            version = self.version(self._next)
+            out.append((self._next, version, self._weights.get(version)))
+            self._next += 1
+        return out
+
     def _loop(self) -> None:
+        flying: dict[int, tuple[list[Task], RolloutHandle]] = {}
         try:
             while True:
                 with self._cond:
-                    step = self._next
-                    while not self._stop and step <= self.last and self._published < self.version(step):
+                    admit = self._admissible()
+                    while not self._stop and not admit and not flying:
+                        if self._next > self.last:
+                            return
                         self._cond.wait(0.5)
-                    if self._stop or step > self.last:
+                        admit = self._admissible()
+                    if self._stop:
                         return
-                    version = self.version(step)
-                    weights = self._weights.get(version)
                 with self.lock:
-                    produced = self._produce(step, weights, version)
-                with self._cond:
-                    self._ready[step] = produced
-                    self._next = step + 1
-                    self._cond.notify_all()
+                    for step, version, weights in admit:
+                        tasks = self._draw(step)
+                        flying[step] = (tasks, self._rollout.start(tasks, step=step, weights=weights,
+                                                                   policy_version=version))  # fmt: skip
+                    if any(not handle.done for _, handle in flying.values()):
+                        self._rollout.advance(timeout=0.05)  # short: a newly published step starts soon
+                    # Finished in step order (an older step's stragglers hold the younger ones back).
+                    while flying and flying[min(flying)][1].done:
+                        step = min(flying)
+                        tasks, handle = flying.pop(step)
+                        produced = self._finish(step, tasks, handle.get())
+                        with self._cond:
+                            self._ready[step] = produced
+                            self._cond.notify_all()
         except BaseException as exc:  # noqa: BLE001 - raised again on the learner's thread by take()
             log.debug("producer failed", exc_info=True)
             with self._cond:

@@ -170,6 +170,26 @@ def make_env_factory(
     return factory
 
 
+@dataclasses.dataclass
+class RolloutHandle:
+    """A rollout started by :meth:`Rollout.start`: done once it has a result or an error."""
+
+    result: RolloutResult | None = None
+    error: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None or self.error is not None
+
+    def get(self) -> RolloutResult:
+        """The result; raises the rollout's error if it failed."""
+        if self.error is not None:
+            raise self.error
+        if self.result is None:
+            raise RuntimeError("RolloutHandle.get(): the rollout is still in flight; advance() it first")
+        return self.result
+
+
 class Rollout:
     """Runs groups of episodes with one sampler and a cache of environments."""
 
@@ -235,6 +255,15 @@ class Rollout:
         for env in envs:
             self.envs.put(env)
         return self._finish(episodes, tasks, timing, t0)
+
+    def start(self, tasks: Sequence[Task], **kwargs: Any) -> RolloutHandle:
+        """Begins a rollout (arguments as :meth:`run`). Lock-step runs it to the end right here;
+        :class:`~rl.run.engine_rollout.EngineRollout` returns at once and runs it in :meth:`advance`."""
+        return RolloutHandle(result=self.run(tasks, **kwargs))
+
+    def advance(self, timeout: float | None = None) -> None:
+        """Moves started rollouts forward; lock-step's are finished by :meth:`start`, so there is nothing to do."""
+        del timeout
 
     def _new_episodes(
         self, tasks: Sequence[Task], step: int, k: int, decoding: str, policy_version: int | None

@@ -29,6 +29,7 @@ from rl.run.evaluation import Evaluator, held_out_tasks
 from rl.run.experiment import Experiment
 from rl.run.preflight import CircuitBreaker, preflight
 from rl.run.producer import Produced, RolloutProducer
+from rl.run.rollout import RolloutResult
 from rl.run.task_stream import task_stream
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,9 @@ class Trainer:
             self.sft_data = SFTData(exp.tokenizer, convs, max_len=s.loop.max_len, seed=s.seed)
         self.learner: Learner | None = None
         self.phase = ""
-        self.requeue: list[tuple[Task, int]] = []
+        # Tasks whose environment failed: (task, times re-queued, first step that may draw it).
+        self.requeue: list[tuple[Task, int, int]] = []
+        self._retries: dict[int, dict[str, int]] = {}  # per step in flight: its re-queued tasks' counts
         self.evals: dict[str, dict[str, float]] = {}
         self.breaker = CircuitBreaker(s.loop.max_anomaly_rate, s.loop.anomaly_patience)
         self.elapsed_before = 0.0  # run time spent by earlier processes of this run (restored)
@@ -121,7 +124,9 @@ class Trainer:
 
     def _start_producer(self, first: int) -> None:
         self.producer = RolloutProducer(
-            self._produce,
+            self.exp.rollout,
+            self._draw,
+            self._finish_step,
             self.exp.model,
             staleness=self.exp.settings.loop.max_staleness,
             rl_start=self.sft_steps,
@@ -167,19 +172,36 @@ class Trainer:
         metrics["time/learn_s"] = time.perf_counter() - t
         return metrics
 
-    def _produce(self, step: int, weights: Any, version: int) -> Produced:
-        """Draws step ``step``'s tasks and samples them with ``weights`` (None: the live model) of ``version``."""
-        tasks, retries = self._next_tasks(self.exp.settings.loop.tasks_per_step)
-        result = self.exp.rollout.run(tasks, step=step, weights=weights, policy_version=version)
+    def _draw(self, step: int) -> list[Task]:
+        """Step ``step``'s tasks: re-queued ones it may take first (their environment failed), then the stream."""
+        n = self.exp.settings.loop.tasks_per_step
+        taken = [i for i, entry in enumerate(self.requeue) if entry[2] <= step][:n]
+        chosen = [self.requeue[i] for i in taken]
+        self.requeue = [entry for i, entry in enumerate(self.requeue) if i not in set(taken)]
+        tasks = [t for t, _, _ in chosen]
+        self._retries[step] = {t.id: r for t, r, _ in chosen}
+        while len(tasks) < n:
+            tasks.append(next(self.tasks))
+        return tasks
+
+    def _finish_step(self, step: int, tasks: list[Task], result: RolloutResult) -> Produced:
+        """Re-queues the tasks whose environment failed (see rl.run.producer for when they come back)."""
+        retries = self._retries.pop(step, {})
+        eligible = step + 1 + self.exp.settings.loop.max_staleness
         for task in result.requeue:
             if retries.get(task.id, 0) < MAX_REQUEUES:
-                self.requeue.append((task, retries.get(task.id, 0) + 1))
-        return Produced(step, tasks, result, self._stream_state())
+                self.requeue.append((task, retries.get(task.id, 0) + 1, eligible))
+        return Produced(step, tasks, result, None)
+
+    def _produce(self, step: int) -> Produced:
+        """Draws and samples step ``step`` inline with the live model (the synchronous loop)."""
+        tasks = self._draw(step)
+        return self._finish_step(step, tasks, self.exp.rollout.run(tasks, step=step, policy_version=step - 1))
 
     def _stream_state(self) -> dict[str, Any]:
         return {
             "tasks": self.tasks.get_state() if self.tasks is not None else None,
-            "requeue": [[t.to_dict(), r] for t, r in self.requeue],
+            "requeue": [[t.to_dict(), r, e] for t, r, e in self.requeue],
         }
 
     def rl_step(self, step: int) -> dict[str, Any]:
@@ -187,7 +209,7 @@ class Trainer:
         if self.producer is not None:
             produced = self.producer.take(step)
         else:
-            produced = self._produce(step, None, step - 1)
+            produced = self._produce(step)
         tasks, result = produced.tasks, produced.result
         metrics = rollout_metrics(result.episodes)
         versions = [e.policy_version for e in result.episodes]
@@ -237,22 +259,14 @@ class Trainer:
         exp.scheduler.reset_metrics()
         return metrics
 
-    def _next_tasks(self, n: int) -> tuple[list[Task], dict[str, int]]:
-        """Re-queued tasks first (their environment failed), then the data stream."""
-        chosen, retries = self.requeue[:n], {}
-        self.requeue = self.requeue[n:]
-        tasks = [t for t, _ in chosen]
-        retries = {t.id: r for t, r in chosen}
-        while len(tasks) < n:
-            tasks.append(next(self.tasks))
-        return tasks, retries
-
     # -- checkpoints -----------------------------------------------------------------
     def save(self, step: int, elapsed_s: float) -> None:
         # Steps sampled ahead by policies older than this checkpoint's are kept with it, and the
-        # data stream's state is the one after them (see rl.run.producer).
+        # data stream's state is the one after them: no later step is drawn before this one is
+        # published (see rl.run.producer).
         pending = self.producer.pending(step) if self.producer is not None else []
-        stream = pending[-1].stream_state if pending else self._stream_state()
+        with self.producer.lock if self.producer is not None else contextlib.nullcontext():
+            stream = self._stream_state()
         extra = {
             "step": step,
             "elapsed_s": elapsed_s,
@@ -277,7 +291,7 @@ class Trainer:
         self.learner.load_state(state)
         if self.tasks is not None and extra.get("tasks") is not None:
             self.tasks.set_state(extra["tasks"])
-        self.requeue = [(Task.from_dict(t), r) for t, r in extra.get("requeue", [])]
+        self.requeue = [(Task.from_dict(t), r, *(e or [0])) for t, r, *e in extra.get("requeue", [])]
         self.restored_pending = [Produced.from_dict(p) for p in extra.get("pending", [])]
         if self.sft_data is not None and extra.get("sft_data"):
             self.sft_data.load_state(extra["sft_data"])

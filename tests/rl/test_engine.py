@@ -255,3 +255,56 @@ def test_fixed_shapes_make_a_request_bit_identical_whatever_arrived_with_it(mode
     if got is None:  # finished during the staggered steps
         pytest.fail("the request finished before the drain: raise max_new_tokens")
     assert got.token_ids == alone.token_ids and got.raw_logprobs == alone.raw_logprobs
+
+
+def test_two_weight_versions_decode_side_by_side_bit_identical(model, tok, single_mesh, prompts):
+    """Asynchronous RL's case: turns of an older policy still decode while a newer one's start. Each
+    turn equals the same turn decoded alone with its own weights, bit for bit, across two turns."""
+    config = dataclasses.replace(CONFIG, window_min=CONFIG.max_len, prefill_rows=2)
+    params = SamplingParams(temperature=1.0, max_new_tokens=12)
+    old = jax.tree.map(lambda x: x, nnx.state(model))
+    new = jax.tree.map(lambda x: x * 0.9, old)
+
+    def two_turns(engine, seq_id, prompt, seed, key):
+        engine.add(seq_id, prompt, params, seed, weights=key)
+        first = _drain(engine)[seq_id]
+        engine.add(seq_id, tok.encode(" obs"), params, seed + 1, weights=key)
+        second = _drain(engine)[seq_id]
+        engine.release(seq_id)
+        return first, second
+
+    expected = {}
+    for i, key, state in ((0, "old", old), (1, "new", new), (2, "old", old), (3, "new", new)):
+        alone = DecodeEngine(model, tok, single_mesh, config)
+        alone.load_weights(key, state)
+        expected[i] = two_turns(alone, i, prompts[i], 10 + i, key)
+    assert expected[0][0].token_ids != expected[1][0].token_ids or expected[0][0].raw_logprobs != expected[1][0].raw_logprobs
+
+    engine = DecodeEngine(model, tok, single_mesh, config)
+    engine.load_weights("old", old)
+    engine.load_weights("new", new)
+    got: dict = {}
+    turn: dict = {}
+    for i in range(4):  # staggered: each version's turns start while the other's decode
+        engine.add(i, prompts[i], params, 10 + i, weights="old" if i % 2 == 0 else "new")
+        turn[i] = 0
+        for seq_id, completion in engine.step():
+            got.setdefault(seq_id, []).append(completion)
+    while not engine.idle or any(len(got.get(i, [])) < 2 for i in range(4)):
+        for i in range(4):  # a finished first turn continues with an observation at once
+            if len(got.get(i, [])) == 1 and turn[i] == 0:
+                engine.add(i, tok.encode(" obs"), params, 11 + i, weights="old" if i % 2 == 0 else "new")
+                turn[i] = 1
+        for seq_id, completion in engine.step():
+            got.setdefault(seq_id, []).append(completion)
+    for i in range(4):
+        for g, e in zip(got[i], expected[i], strict=True):
+            assert g.token_ids == e.token_ids and g.raw_logprobs == e.raw_logprobs and g.logprobs == e.logprobs
+    with pytest.raises(KeyError, match="weights"):
+        engine.add(9, prompts[0], params, 0, weights="missing")
+    engine.add(9, prompts[0], params, 0, weights="old")
+    with pytest.raises(ValueError, match="in flight"):
+        engine.unload_weights("old")
+    engine.release(9)
+    engine.unload_weights("old")
+    assert engine.weights_keys == {None, "new"}
