@@ -39,6 +39,21 @@ def model(
     )
 
 
+def lora(
+    rank: int = 16,
+    *,
+    alpha: float = 32.0,
+    dropout: float = 0.0,
+    target_modules: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down"),
+) -> mlc.ConfigDict:
+    """LoRA adapters for ``config.model.lora`` (``rl.models.lora.LoRAConfig``): setting it turns
+    LoRA on, and every learner then trains only the adapters (the base weights stay frozen).
+
+    Example: ``config.model = model("qwen2.5-0.5b", ...); config.model.lora = lora(16)``.
+    """
+    return mlc.ConfigDict({"rank": rank, "alpha": alpha, "dropout": dropout, "target_modules": list(target_modules)})
+
+
 def mesh(data: int = 1, fsdp: int = -1, tensor: int = 1) -> mlc.ConfigDict:
     """Mesh axis sizes; -1 means "the rest of the devices". Logical→mesh rules live in rl.models.sharding."""
     return mlc.ConfigDict({"shape": {"data": data, "fsdp": fsdp, "tensor": tensor}})
@@ -75,7 +90,7 @@ def grpo(
     tis_cap: float = 0.0,
 ) -> mlc.ConfigDict:
     """GRPO and its published variants (Dr. GRPO: ``advantage="dr_grpo", aggregation="constant"``;
-    DAPO: ``clip_high=0.28, dynamic_sampling=True``). ``tis_cap`` > 0: truncated importance sampling
+    DAPO: ``clip_high=0.28, dynamic_sampling=True``; GSPO: :func:`gspo`). ``tis_cap`` > 0: truncated importance sampling
     for stale samples of an asynchronous run (``loop.max_staleness`` > 0; e.g. 2.0).
 
     ``name`` labels the run; what runs is the advantage estimator ``advantage``
@@ -108,6 +123,35 @@ def ppo(*, clip: float = 0.2, epochs: int = 2, kl_coef: float = 0.0, entropy_coe
         advantage="batch", clip_low=clip, clip_high=clip, kl_coef=kl_coef, entropy_coef=entropy_coef, epochs=epochs
     )
     cfg.name = "ppo"
+    return cfg
+
+
+def gspo(
+    *,
+    advantage: str = "grpo",
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    kl_coef: float = 0.0,
+    entropy_coef: float = 0.0,
+    aggregation: str = "sequence",
+    dynamic_sampling: bool = False,
+    epochs: int = 1,
+) -> mlc.ConfigDict:
+    """GSPO (Zheng et al. 2025): GRPO's group advantages with one clipped importance ratio per
+    sequence (``algorithm.loss.name="gspo"``). Its clip range is sequence-level, hence the paper's
+    narrow default (3e-4 / 4e-4); ``aggregation="sequence"`` averages over sequences, as the paper."""
+    cfg = grpo(
+        advantage=advantage,
+        policy_loss="gspo",
+        clip_low=clip_low,
+        clip_high=clip_high,
+        kl_coef=kl_coef,
+        entropy_coef=entropy_coef,
+        aggregation=aggregation,
+        dynamic_sampling=dynamic_sampling,
+        epochs=epochs,
+    )
+    cfg.name = "gspo"
     return cfg
 
 
@@ -200,6 +244,46 @@ def sft(
     )
 
 
+def preference(
+    steps: int = 0,
+    *,
+    data: str = "mined",
+    batch_size: int = 16,
+    learning_rate: float = 1e-4,
+    warmup_steps: int = 0,
+    loss: str = "dpo",
+    beta: float = 0.1,
+    label_smoothing: float = 0.0,
+    gamma: float = 0.5,
+    mine_tasks: int = 64,
+    mine_group: int = 8,
+    max_pairs_per_task: int = 4,
+) -> mlc.ConfigDict:
+    """An optional preference phase between SFT and RL (``steps=0``: none): DPO (``loss="dpo"``,
+    ``beta``, ``label_smoothing``) or reference-free SimPO (``loss="simpo"``, ``beta``, ``gamma``).
+
+    ``data="mined"`` mines pairs from the policy's own rollouts when the phase starts: ``mine_group``
+    episodes on each of ``mine_tasks`` training tasks, a passing episode against a failing one per
+    task (anomalies left out); or ``"jsonl:PATH"`` with ``{"prompt", "chosen", "rejected"}`` lines.
+    """
+    return mlc.ConfigDict(
+        {
+            "steps": steps,
+            "data": data,
+            "batch_size": batch_size,
+            "learning_rate": learning_rate,
+            "warmup_steps": warmup_steps,
+            "loss": loss,
+            "beta": beta,
+            "label_smoothing": label_smoothing,
+            "gamma": gamma,
+            "mine_tasks": mine_tasks,
+            "mine_group": mine_group,
+            "max_pairs_per_task": max_pairs_per_task,
+        }
+    )
+
+
 def evaluation(
     pools: dict[str, dict[str, Any]], *, every: int = 10, num_tasks: int = 100, k: int = 4, temperature: float = 1.0
 ) -> mlc.ConfigDict:
@@ -220,7 +304,8 @@ def loop(
     max_staleness: int = 0,
 ) -> mlc.ConfigDict:
     """The outer loop. ``pack_sequences`` puts several trajectories in one row of the learner's batch
-    (needs ``algorithm.loss.aggregation="token"``; set False for sequence/constant aggregation).
+    (needs ``algorithm.loss.aggregation`` "token" or "sequence", which count packed segments; set
+    False for "constant").
     The circuit breaker stops a run whose episodes are more than ``max_anomaly_rate`` anomalies
     (environment failures) for ``anomaly_patience`` RL steps in a row (``max_anomaly_rate=1``: off).
     ``max_staleness`` > 0 makes RL asynchronous: step t trains on episodes sampled by the policy of

@@ -38,7 +38,11 @@ def summarize(evals: dict, workdir: str, seconds: float) -> str:
     lines = [f"\nrun finished in {seconds / 60:.1f} min; results in {workdir}"]
     keys = [("eval/greedy_pass_rate", "held-out greedy pass rate"), ("eval/pass@1", "held-out pass@1 (sampled)")]
     for key, label in keys:
-        points = [(name, evals[name][key]) for name in ("init", "after_sft", "last") if key in evals.get(name, {})]
+        points = [
+            (name, evals[name][key])
+            for name in ("init", "after_sft", "after_preference", "last")
+            if key in evals.get(name, {})
+        ]
         if points:
             lines.append(f"  {label:28s} " + "  →  ".join(f"{name} {value:.3f}" for name, value in points))
     lines.append(

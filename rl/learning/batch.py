@@ -99,8 +99,8 @@ def pack(
     With ``pack_sequences``, short sequences share rows (first-fit by decreasing
     length into rows as long as the longest sequence's bucket), each with its own
     positions and segment id: far less padding when lengths vary (a direct answer
-    beside a multi-turn episode). Only valid with a token-mean loss: a per-row
-    normalisation would mix the sequences of a row.
+    beside a multi-turn episode). Valid with a loss that normalises per token or per
+    packed segment (``segment_ids``), never per row: that would mix a row's sequences.
     """
     n = len(sequences)
     if not n:

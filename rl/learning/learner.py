@@ -29,6 +29,11 @@ How a step is built, and why:
   - **Reference policy.** Only when ``loss.kl_coef > 0``: a copy of the initial parameters,
     placed with the same shardings (no full copy on one device), whose log-probs are computed
     inside the step; it is part of :meth:`Learner.state`, so a resumed run keeps the same one.
+  - **LoRA** (``LearnerConfig.trainable="lora"``): only the adapters of :mod:`rl.models.lora` are
+    "parameters" here: gradients, AdamW moments, donation, :meth:`Learner.state` and the KL
+    reference hold adapters alone, and the base weights ride along unchanged (not donated) with
+    the rest of the module's state. Adapter dropout, when configured, is on in the training
+    forward only, with a fresh mask each step (the step number seeds it: a resume replays it).
   - Parameters and compute keep the model's own dtypes (``ModelConfig.param_dtype`` /
     ``dtype``); log-probs, losses and the accumulated gradients are float32.
 """
@@ -48,6 +53,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from rl.learning.batch import TrainBatch
 from rl.learning.learner_config import SPLITTABLE_AGGREGATIONS, LearnerConfig
 from rl.learning.train_step import build_train_step, forward_logprobs, make_optimizer
+from rl.models.lora import LoRAParam, has_lora
 from rl.models.sharding import DEFAULT_RULES, Rules, host_to_sharded, logical_to_spec, state_shardings
 from rl.models.transformer import Transformer
 
@@ -96,8 +102,19 @@ class Learner:
         if not isinstance(config, LearnerConfig):
             raise TypeError(f"Learner(config=): expected a LearnerConfig, got {type(config).__name__}")
         self.model, self.mesh, self.config, self.rules = model, mesh, config, tuple(rules)
+        if config.trainable == "lora" and not has_lora(model):
+            raise ValueError(
+                "Learner(model=): LearnerConfig.trainable='lora' needs a model with adapters "
+                "(rl.models.lora.apply_lora); this one has none"
+            )
+        #: the Variable type that is trained (and optimized, donated, checkpointed)
+        self._trainable = LoRAParam if config.trainable == "lora" else nnx.Param
         self._graphdef = nnx.graphdef(model)
-        params, rest = nnx.state(model, nnx.Param, ...)
+        self._dropout = any(isinstance(m, nnx.Dropout) and m.rate > 0 for _, m in nnx.iter_modules(model))
+        # The training forward's module: adapter dropout on (the sampler's module keeps it off).
+        train_view = nnx.view(model, only=nnx.Dropout, deterministic=False) if self._dropout else model
+        self._train_graphdef = nnx.graphdef(train_view)
+        params, rest = nnx.state(model, self._trainable, ...)
         self._param_shardings = state_shardings(params, mesh, self.rules)
         self._rest_shardings = state_shardings(rest, mesh, self.rules)
         self._replicated = NamedSharding(mesh, PartitionSpec())
@@ -149,7 +166,7 @@ class Learner:
         Aligned like ``TrainBatch.old_logprobs``: column ``t`` is the log-prob of ``tokens[:, t]``
         given ``tokens[:, :t]``; column 0 and padding are 0.
         """
-        key = ("logprobs", self._graphdef, self.config.temperature, self.mesh, self.rules)
+        key = ("logprobs", self._graphdef, self.config.trainable, self.config.temperature, self.mesh, self.rules)
         if key not in _PROGRAMS:
             graphdef, temp = self._graphdef, self.config.temperature
 
@@ -161,7 +178,7 @@ class Learner:
             shardings = (self._param_shardings, self._rest_shardings, table, table, table, table)
             _PROGRAMS[key] = jax.jit(run, in_shardings=shardings, out_shardings=self._replicated)
         placed = self._place_batch(batch, multiple=self.batch_parallelism)
-        params, rest = self._params(), nnx.state(self.model, nnx.Not(nnx.Param))
+        params, rest = self._params(), nnx.state(self.model, nnx.Not(self._trainable))
         with jax.set_mesh(self.mesh):
             out = _PROGRAMS[key](params, rest, placed.tokens, placed.input_mask, placed.positions, placed.segment_ids)
         return np.asarray(jax.device_get(out))
@@ -220,7 +237,7 @@ class Learner:
 
     def _params(self) -> Any:
         """The model's parameters, moved into the learner's shardings (and back into the model) if needed."""
-        params = nnx.state(self.model, nnx.Param)
+        params = nnx.state(self.model, self._trainable)
         placed = jax.tree.map(lambda x, s: x.sharding == s, params, self._param_shardings)
         if not all(jax.tree.leaves(placed)):
             params = jax.device_put(params, self._param_shardings)
@@ -273,14 +290,24 @@ class Learner:
         factor = next((f for f in range(2, rows) if rows % f == 0 and rows // f * t <= budget), rows)
         return configured * factor
 
+    def _uses_reference(self, objective: str) -> bool:
+        return (
+            objective == self.config.objective and objective in ("policy", "preference") and self.config.use_reference
+        )
+
     def _update(self, objective: str, batch: TrainBatch) -> dict[str, float]:
         placed = self._place_batch(batch, multiple=self.batch_multiple)
-        config = dataclasses.replace(self.config, microbatches=self.microbatches_for(placed.shape))
+        microbatches = self.microbatches_for(placed.shape)
+        if objective == "preference" and (placed.shape[0] // 2) % microbatches:
+            microbatches = self.config.microbatches  # a pair's two rows must share a micro-batch
+        config = dataclasses.replace(self.config, microbatches=microbatches)
         key = (objective, self._graphdef, config, self.mesh, self.rules)
         if key not in _PROGRAMS:
-            step_fn = build_train_step(self._graphdef, config, objective, self.rules, self._param_shardings)
+            step_fn = build_train_step(
+                self._train_graphdef, config, objective, self.rules, self._param_shardings, ref_graphdef=self._graphdef
+            )
             batch_shardings = TrainBatch(**dict(zip(_BATCH_FIELDS, self._batch_shardings(), strict=True)))
-            ref_shardings = self._param_shardings if objective == "policy" and self.config.use_reference else None
+            ref_shardings = self._param_shardings if self._uses_reference(objective) else None
             _PROGRAMS[key] = jax.jit(
                 step_fn,
                 in_shardings=(
@@ -294,11 +321,28 @@ class Learner:
                 out_shardings=(self._param_shardings, self._opt_shardings, self._replicated, self._replicated),
                 donate_argnums=(0, 1, 2),
             )
-        ref = self._ref if objective == "policy" else None
-        params, rest = self._params(), nnx.state(self.model, nnx.Not(nnx.Param))
+        ref = self._ref if self._uses_reference(objective) else None
+        params, rest = self._params(), nnx.state(self.model, nnx.Not(self._trainable))
+        if self._dropout:
+            rest = _seed_dropout(rest, self.step)
         with jax.set_mesh(self.mesh):
             params, self._opt_state, self._step, metrics = _PROGRAMS[key](
                 params, self._opt_state, self._step, ref, rest, placed
             )
         nnx.update(self.model, params)
         return {k: float(v) for k, v in jax.device_get(metrics).items()}
+
+
+def _seed_dropout(rest: Any, step: int) -> Any:
+    """``rest`` with every RNG stream's counter at ``step``: a fresh dropout mask each optimizer step.
+
+    The step program does not return the module's RNG state, so its counters would never advance.
+    (The micro-batches of one step share a mask: each starts from the same counter.)
+    """
+
+    def one(var: Any) -> Any:
+        if isinstance(var, nnx.RngCount):
+            return var.replace(jnp.full(var.shape, step, var.dtype))
+        return var
+
+    return jax.tree.map(one, rest, is_leaf=lambda x: isinstance(x, nnx.Variable))

@@ -13,8 +13,11 @@ import math
 from typing import Any
 
 from rl.learning.losses import PolicyLossConfig
+from rl.learning.preference import PreferenceConfig
 
-OBJECTIVES = ("policy", "sft")
+OBJECTIVES = ("policy", "sft", "preference")
+# What a step trains: every parameter, or only the LoRA adapters (rl.models.lora) with the base frozen.
+TRAINABLE = ("all", "lora")
 # Aggregations whose micro-batch split is exact (see rl.learning.train_step.microbatch_shares); a new
 # entry in rl.learning.losses.AGGREGATIONS needs one here before it can be used with microbatches > 1.
 SPLITTABLE_AGGREGATIONS = ("token", "sequence", "constant")
@@ -41,7 +44,8 @@ class LearnerConfig:
 
     Attributes:
       objective: what :meth:`Learner.train_step` minimises: ``"policy"`` (the policy loss named by
-        ``loss.name``, on advantages the caller computed) or ``"sft"`` (masked cross-entropy).
+        ``loss.name``, on advantages the caller computed), ``"sft"`` (masked cross-entropy) or
+        ``"preference"`` (``preference.loss`` on a :func:`rl.learning.preference.pair_batch`).
       learning_rate: peak AdamW learning rate.
       warmup_steps: linear warmup steps (step 0 already uses ``learning_rate / warmup_steps``).
       total_steps: the cosine decay reaches ``end_lr_ratio * learning_rate`` at this step.
@@ -62,6 +66,10 @@ class LearnerConfig:
         sampler's ``raw_logprobs``.
       loss: which policy loss and its settings (clip range, KL and entropy coefficients, token
         aggregation); the KL coefficient also decides whether a reference policy is kept.
+      preference: the ``"preference"`` objective's loss (DPO or SimPO, ``beta``, ...); DPO keeps the
+        parameters the learner starts from as its frozen reference.
+      trainable: ``"all"`` parameters, or ``"lora"``: only the model's LoRA adapters get gradients
+        and optimizer state (the base weights stay bit-for-bit as they are).
     """
 
     objective: str = "policy"
@@ -78,6 +86,8 @@ class LearnerConfig:
     microbatch_tokens: int = 8192
     temperature: float = RAW_LOGPROB_TEMPERATURE
     loss: PolicyLossConfig = dataclasses.field(default_factory=PolicyLossConfig)
+    trainable: str = "all"
+    preference: PreferenceConfig = dataclasses.field(default_factory=PreferenceConfig)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -105,12 +115,18 @@ class LearnerConfig:
             _fail("microbatch_tokens", "an int >= 0 (0: off)", self.microbatch_tokens)
         if not (_real(self.temperature) and self.temperature > 0):
             _fail("temperature", "a finite float > 0 (the sampler's; 1.0 for raw_logprobs)", self.temperature)
+        if self.trainable not in TRAINABLE:
+            _fail("trainable", f"one of {TRAINABLE}", self.trainable)
         if not isinstance(self.loss, PolicyLossConfig):
             _fail("loss", "a rl.learning.losses.PolicyLossConfig", self.loss)
+        if not isinstance(self.preference, PreferenceConfig):
+            _fail("preference", "a rl.learning.preference.PreferenceConfig", self.preference)
         if self.microbatches > 1 and self.loss.aggregation not in SPLITTABLE_AGGREGATIONS:
             _fail("loss.aggregation", f"one of {SPLITTABLE_AGGREGATIONS} when microbatches > 1", self.loss.aggregation)
 
     @property
     def use_reference(self) -> bool:
-        """Whether a frozen reference policy is kept (KL penalty on, policy objective only)."""
+        """Whether a frozen reference policy is kept: the KL penalty's (policy objective), or DPO's."""
+        if self.objective == "preference":
+            return self.preference.uses_reference
         return self.loss.kl_coef > 0 and self.objective == "policy"

@@ -40,6 +40,7 @@ from rl.generation.tokenizer import Tokenizer
 from rl.learning.batch import DEFAULT_BATCH_BUCKETS, DEFAULT_LENGTH_BUCKETS, TrainBatch, round_up
 
 PREFERENCE_LOSSES = ("dpo", "simpo")
+PREFERENCE_METRICS = ("loss", "reward_margin", "accuracy", "chosen_reward", "rejected_reward")  # pair means
 
 
 @dataclasses.dataclass(frozen=True)

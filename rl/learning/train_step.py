@@ -31,7 +31,8 @@ from flax import nnx
 
 from rl.learning.batch import TrainBatch
 from rl.learning.learner_config import LearnerConfig
-from rl.learning.losses import POLICY_LOSSES, sft_loss, token_logprobs_and_entropy, token_mean
+from rl.learning.losses import POLICY_LOSSES, count_sequences, sft_loss, token_logprobs_and_entropy, token_mean
+from rl.learning.preference import PREFERENCE_METRICS, preference_loss
 from rl.models.sharding import Rules, constrain
 from rl.models.transformer import Transformer
 
@@ -149,48 +150,67 @@ def forward_logprobs(
     return jnp.concatenate([pad, logp], axis=1), jnp.concatenate([pad, entropy], axis=1)
 
 
-def microbatch_shares(mask: jax.Array, totals: dict[str, jax.Array], aggregation: str) -> dict[str, jax.Array]:
+def microbatch_shares(
+    mask: jax.Array, totals: dict[str, jax.Array], aggregation: str, segment_ids: jax.Array | None = None
+) -> dict[str, jax.Array]:
     """Weights turning micro-batch means into their part of the full-batch mean (1.0 for one micro-batch).
 
     ``"token"`` is for token means (``token_mean``); ``"agg"`` for the loss's own aggregation.
+    ``segment_ids``: packed rows, whose sequences ``"sequence"`` counts one by one.
     """
     token = jnp.maximum(mask.sum(), 1.0) / jnp.maximum(totals["tokens"], 1.0)
     if aggregation == "token":
         agg = token
     elif aggregation == "sequence":
-        agg = jnp.maximum((mask.sum(-1) > 0).sum(), 1.0) / jnp.maximum(totals["sequences"], 1.0)
+        agg = jnp.maximum(count_sequences(mask, segment_ids), 1.0) / jnp.maximum(totals["sequences"], 1.0)
     else:  # "constant": a fixed denominator proportional to the rows (and 1.0 for any M = 1 step)
         agg = jnp.asarray(mask.shape[0] / totals["rows"], jnp.float32)
     return {"token": token, "agg": agg}
 
 
 def build_train_step(
-    graphdef: nnx.GraphDef, config: LearnerConfig, objective: str, rules: Rules, param_shardings: Any
+    graphdef: nnx.GraphDef,
+    config: LearnerConfig,
+    objective: str,
+    rules: Rules,
+    param_shardings: Any,
+    ref_graphdef: nnx.GraphDef | None = None,
 ) -> Callable[..., Any]:
     """``step(params, opt_state, step, ref_params, rest, batch) -> (params, opt_state, step + 1, metrics)``.
 
     ``objective`` is ``"policy"`` (the policy loss ``config.loss.name``, KL to ``ref_params`` when
-    given) or ``"sft"``. The returned function is pure: the caller jits it with shardings and donation.
+    given), ``"sft"``, or ``"preference"`` (``config.preference``'s loss on pairs laid out by
+    :func:`rl.learning.preference.pair_batch`; DPO's reference is ``ref_params``). The returned function is pure: the caller jits it with shardings and donation.
+    ``params`` are the trained variables (all ``nnx.Param``, or only LoRA adapters), ``rest`` the
+    module's other state. ``ref_graphdef`` (default ``graphdef``) runs the reference forward:
+    the module without training-only behaviour such as adapter dropout.
     """
+    ref_graphdef = graphdef if ref_graphdef is None else ref_graphdef
     tx, schedule = make_optimizer(config)
     cfg = config.loss
     policy_loss = POLICY_LOSSES[cfg.name]
-    agg_metrics = ("loss", "pg_loss", "kl_ref") if objective == "policy" else ()
+    agg_metrics = {"policy": ("loss", "pg_loss", "kl_ref"), "preference": PREFERENCE_METRICS}.get(objective, ())
 
     def loss_fn(params, rest, ref, mb: TrainBatch, totals):
         logp, entropy = forward_logprobs(
             graphdef, params, rest, mb.tokens, mb.input_mask, config.temperature, mb.positions, mb.segment_ids
         )
         mask = mb.loss_mask
-        shares = microbatch_shares(mask, totals, cfg.aggregation if objective == "policy" else "token")
-        if objective == "policy":
+        shares = microbatch_shares(mask, totals, cfg.aggregation if objective == "policy" else "token", mb.segment_ids)
+        if objective == "preference":  # a pair's weight sits on its chosen row, the first half
+            pairs = mb.weights[: mb.weights.shape[0] // 2].sum()
+            shares["agg"] = pairs / jnp.maximum(totals["pairs"], 1e-9)
+        if objective in ("policy", "preference") and ref is not None:
+            ref_logp = jax.lax.stop_gradient(
+                forward_logprobs(
+                    ref_graphdef, ref, rest, mb.tokens, mb.input_mask, config.temperature, mb.positions, mb.segment_ids
+                )[0]
+            )
+        else:
             ref_logp = None
-            if ref is not None:
-                ref_logp = jax.lax.stop_gradient(
-                    forward_logprobs(
-                        graphdef, ref, rest, mb.tokens, mb.input_mask, config.temperature, mb.positions, mb.segment_ids
-                    )[0]
-                )
+        if objective == "preference":
+            loss, metrics = preference_loss(logp, ref_logp, mask, mb.weights, config.preference)
+        elif objective == "policy":
             loss, metrics = policy_loss(
                 logp,
                 mb.old_logprobs,
@@ -199,21 +219,23 @@ def build_train_step(
                 cfg,
                 ref_logprobs=ref_logp,
                 entropy=entropy if cfg.entropy_coef > 0 else None,
+                segment_ids=mb.segment_ids,
             )
         else:
             loss, metrics = sft_loss(logp, mask)
         # Reported entropy is always the token mean, whatever the loss's aggregation.
         metrics["entropy"] = token_mean(jax.lax.stop_gradient(entropy), mask)
         scaled = {k: v * shares["agg" if k in agg_metrics else "token"] for k, v in metrics.items()}
-        return loss * shares["agg" if objective == "policy" else "token"], scaled
+        return loss * shares["token" if objective == "sft" else "agg"], scaled
 
     def step_fn(params, opt_state, step, ref, rest, batch: TrainBatch):
         mask = batch.loss_mask * batch.weights[:, None] * batch.input_mask
         mask = mask.at[:, 0].set(0.0)  # position 0 is never a target
         totals = {
             "tokens": mask.sum(),
-            "sequences": (mask.sum(-1) > 0).sum().astype(jnp.float32),
+            "sequences": count_sequences(mask, batch.segment_ids),
             "rows": jnp.float32(mask.shape[0]),
+            "pairs": batch.weights.sum() / 2.0,  # the preference objective's rows come in pairs
         }
         micro = split_microbatches(batch.replace(loss_mask=mask), config.microbatches, rules)
         grads, metrics = accumulate_gradients(

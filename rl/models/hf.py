@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -33,6 +34,8 @@ from safetensors.numpy import save_file
 from rl.models.config import ModelConfig, RopeScaling
 from rl.models.sharding import DEFAULT_RULES, Rules, abstract_model, host_to_sharded, make_mesh, state_shardings
 from rl.models.transformer import Transformer
+
+log = logging.getLogger(__name__)
 
 _ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 _NP_DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -64,13 +67,14 @@ def config_from_hf(hf: dict[str, Any], name: str = "hf", dtype: str | None = Non
     rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
     theta = float(rope.get("rope_theta", hf.get("rope_theta", 10000.0)))
     rope_type = rope.get("rope_type", rope.get("type", "default"))
+    max_positions = int(hf.get("max_position_embeddings", 32768))
     scaling = None
     if rope_type == "llama3":
         scaling = RopeScaling(
             factor=float(rope["factor"]),
             low_freq_factor=float(rope.get("low_freq_factor", 1.0)),
             high_freq_factor=float(rope.get("high_freq_factor", 4.0)),
-            original_max_position_embeddings=int(rope.get("original_max_position_embeddings", 8192)),
+            original_max_position_embeddings=_original_max_positions(hf, rope, max_positions),
         )
     elif rope_type != "default":
         raise CheckpointError(f"config.json: rope type {rope_type!r} is not supported ('default', 'llama3')")
@@ -92,10 +96,21 @@ def config_from_hf(hf: dict[str, Any], name: str = "hf", dtype: str | None = Non
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         qkv_bias=model_type == "qwen2",
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        max_position_embeddings=int(hf.get("max_position_embeddings", 32768)),
+        max_position_embeddings=max_positions,
         dtype=param_dtype,
         param_dtype=param_dtype,
     )
+
+
+def _original_max_positions(hf: dict[str, Any], rope: dict[str, Any], max_positions: int) -> int:
+    """The pre-training context of a scaled RoPE, resolved as ``transformers`` does.
+
+    A top-level ``original_max_position_embeddings`` wins, then the rope dict's, then
+    ``max_position_embeddings`` (``PreTrainedConfig.standardize_rope_params``); a fixed default
+    (Llama 3.1's 8192) would scale different frequencies than ``transformers`` for any other model.
+    """
+    value = hf.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
+    return int(value or max_positions)
 
 
 def config_to_hf(config: ModelConfig) -> dict[str, Any]:
@@ -235,6 +250,31 @@ class _TensorReader:
             return np.asarray(self._handle(file, "flax").get_tensor(name))
 
 
+def _resolve_tied_head(config: ModelConfig, files: dict[str, Path], path: Path) -> ModelConfig:
+    """``config`` untied when ``tie_word_embeddings`` is true but ``lm_head.weight`` differs from the embedding.
+
+    Such a config contradicts its checkpoint. ``transformers`` (>= 5, ``PreTrainedModel.tie_weights``)
+    then keeps the two matrices apart and uses the checkpoint's ``lm_head.weight`` (with a
+    warning); tying here would silently give other logits, so we do the same. An ``lm_head.weight``
+    equal to the embedding (``.bin``-era checkpoints store both) stays tied. Reads both matrices.
+    """
+    embed, head = "model.embed_tokens.weight", "lm_head.weight"
+    if not config.tie_embeddings or head not in files or embed not in files:
+        return config
+    with contextlib.ExitStack() as stack:
+        reader = _TensorReader(stack)
+        a = reader.read(files[embed], embed)
+        b = reader.read(files[head], head)
+        if a.shape == b.shape and np.array_equal(a, b):
+            return config
+    log.warning(
+        "%s: config.json says tie_word_embeddings=true but the checkpoint's lm_head.weight differs from "
+        "model.embed_tokens.weight; loading them untied, as transformers does",
+        path,
+    )
+    return config.replace(tie_embeddings=False)
+
+
 def load_hf_model(
     path: str | os.PathLike[str],
     mesh: Mesh | None = None,
@@ -251,6 +291,9 @@ def load_hf_model(
       rules: logical-axis rules (see :mod:`rl.models.sharding`).
       dtype: compute dtype (default: the checkpoint's dtype).
       param_dtype: parameter storage dtype (default: ``dtype``).
+
+    A config with ``tie_word_embeddings: true`` whose checkpoint holds a *different*
+    ``lm_head.weight`` loads untied, with a warning: what ``transformers`` does, so the logits agree.
     """
     path = Path(path)
     if not path.is_dir():
@@ -259,10 +302,11 @@ def load_hf_model(
         raise CheckpointError(f"{path}: config.json is missing")
     config = config_from_hf(json.loads((path / "config.json").read_text()), name=path.name, dtype=dtype)
     config = config.replace(param_dtype=param_dtype or config.dtype)
+    files = _checkpoint_files(path)
+    config = _resolve_tied_head(config, files, path)
     mesh = mesh if mesh is not None else make_mesh({"data": 1}, devices=jax.devices()[:1])
     graphdef, abstract_state = abstract_model(lambda: Transformer(config, rules=rules))
     shardings = state_shardings(abstract_state, mesh, rules)
-    files = _checkpoint_files(path)
     target = _NP_DTYPES[config.param_dtype]
     flat = dict(nnx.to_flat_state(abstract_state))
     flat_shardings = dict(nnx.to_flat_state(shardings))
@@ -358,3 +402,19 @@ def save_hf_model(
         weight_map.update(dict.fromkeys(names, final))
     index = {"metadata": {"total_size": total_bytes}, "weight_map": weight_map}
     (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+
+
+# ----------------------------------------------------------------------------- LoRA
+
+
+def save_merged_hf_model(
+    model: Transformer, path: str | os.PathLike[str], max_shard_bytes: int = 2 * 1024**3, dtype: str | None = None
+) -> None:
+    """Folds ``model``'s LoRA adapters into its weights and writes a plain Hugging Face checkpoint.
+
+    The result loads with ``transformers`` (and :func:`load_hf_model`) with no adapter support;
+    ``model`` keeps its adapters. Arguments as :func:`save_hf_model`.
+    """
+    from rl.models.lora import merge_lora
+
+    save_hf_model(merge_lora(model), path, max_shard_bytes=max_shard_bytes, dtype=dtype)

@@ -156,6 +156,9 @@ class RMSNorm(nnx.Module):
 class Attention(nnx.Module):
     """Grouped-query self-attention with RoPE, optional QKV bias and a KV cache."""
 
+    #: LoRA adapters by projection name (``rl.models.lora.apply_lora``); None: the plain projections.
+    lora: nnx.Dict | None = None
+
     def __init__(self, config: ModelConfig, rngs: nnx.Rngs | None):
         e, h, kv, d, pd = (
             config.hidden_size,
@@ -178,6 +181,8 @@ class Attention(nnx.Module):
     def _project(self, x: jax.Array, name: str) -> jax.Array:
         dtype = self.config.compute_dtype
         y = jnp.einsum("bse,ehd->bshd", x, getattr(self, name)[...].astype(dtype))
+        if self.lora is not None and name in self.lora:
+            y = y + self.lora[name](x)
         if self.config.qkv_bias:
             y = y + getattr(self, f"{name}_bias")[...].astype(dtype)
         return y
@@ -307,11 +312,16 @@ class Attention(nnx.Module):
         # A plain 2-D matmul against the [heads*head_dim, embed] view of the output weight: an
         # einsum over (heads, head_dim) let XLA:CPU transpose the whole weight on every call.
         o = self.o[...].astype(cfg.compute_dtype).reshape(cfg.num_heads * cfg.head_dim, -1)
+        if self.lora is not None and "o" in self.lora:
+            return out @ o + self.lora["o"](out)
         return out @ o
 
 
 class MLP(nnx.Module):
     """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+
+    #: LoRA adapters by projection name (``rl.models.lora.apply_lora``); None: the plain projections.
+    lora: nnx.Dict | None = None
 
     def __init__(self, config: ModelConfig, rngs: nnx.Rngs | None):
         e, m, pd = config.hidden_size, config.intermediate_size, config.params_dtype
@@ -321,9 +331,20 @@ class MLP(nnx.Module):
         self.down = _param(rngs, _INIT, (m, e), ("mlp", "embed"), pd)
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        if self.lora is not None:
+            return self._adapted(x, self.lora)
         gate = x @ self.gate[...].astype(self.dtype)
         up = x @ self.up[...].astype(self.dtype)
         return (jax.nn.silu(gate) * up) @ self.down[...].astype(self.dtype)
+
+    def _adapted(self, x: jax.Array, lora: nnx.Dict) -> jax.Array:
+        """:meth:`__call__` with each adapted projection's low-rank update added to its output."""
+
+        def project(h: jax.Array, name: str) -> jax.Array:
+            y = h @ getattr(self, name)[...].astype(self.dtype)
+            return y + lora[name](h) if name in lora else y
+
+        return project(jax.nn.silu(project(x, "gate")) * project(x, "up"), "down")
 
 
 class Block(nnx.Module):

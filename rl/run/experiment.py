@@ -29,6 +29,7 @@ from rl.generation.sampler import Sampler, SamplerConfig
 from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rl.learning.learner import Learner
 from rl.models import Transformer, sharding
+from rl.models.lora import apply_lora
 from rl.run.checkpoint import Checkpointer
 from rl.run.config_file import CONFIG_FILE, differing_fields, read_config
 from rl.run.engine_rollout import EngineRollout
@@ -49,16 +50,22 @@ def make_tokenizer(model: ModelSettings) -> Tokenizer:
 
 
 def make_model(model: ModelSettings, seed: int, mesh: jax.sharding.Mesh) -> Transformer:
-    """The preset initialised from ``seed``, or the Hugging Face checkpoint, created in its shardings."""
+    """The preset initialised from ``seed``, or the Hugging Face checkpoint, created in its shardings;
+    with ``model.lora``, adapters attached (zero updates: the same function as the base model)."""
     if model.path:
         from rl.models.hf import CheckpointError, load_hf_model
 
         try:
-            return load_hf_model(model.path, mesh=mesh, dtype=model.dtype, param_dtype=model.param_dtype)
+            built = load_hf_model(model.path, mesh=mesh, dtype=model.dtype, param_dtype=model.param_dtype)
         except CheckpointError as exc:
             raise ConfigError(f"config.model.path: {exc}") from exc
-    config = model.config
-    return sharding.create_sharded_model(lambda: Transformer(config, rngs=nnx.Rngs(seed)), mesh, sharding.DEFAULT_RULES)
+    else:
+        config = model.config
+        factory = lambda: Transformer(config, rngs=nnx.Rngs(seed))  # noqa: E731
+        built = sharding.create_sharded_model(factory, mesh, sharding.DEFAULT_RULES)
+    if model.lora is not None:
+        apply_lora(built, model.lora, mesh=mesh)
+    return built
 
 
 def make_pool(settings: Settings) -> WarmPool:

@@ -28,14 +28,17 @@ import ml_collections as mlc
 
 from rl.learning.advantages import ESTIMATORS
 from rl.learning.learner_config import RAW_LOGPROB_TEMPERATURE, LearnerConfig
-from rl.learning.losses import PolicyLossConfig
+from rl.learning.losses import PACKABLE_AGGREGATIONS, PolicyLossConfig
+from rl.learning.preference import PreferenceConfig
 from rl.learning.sft import is_sft_source, sft_sources
 from rl.models import ModelConfig, get_model_config
+from rl.models.lora import LoRAConfig
 from rl.models.sharding import MESH_AXES, resolve_mesh_shape
+from rl.run.preference_phase import MINED, PreferenceSettings
 from rl.run.rollout import RolloutConfig
 from rl.run.task_stream import TaskCatalog
 
-PHASES = ("sft", "rl")  # a run's stages: the optional supervised warm start, then RL
+PHASES = ("sft", "preference", "rl")  # a run's stages: optional SFT warm start, optional preference phase, RL
 BACKENDS = ("bwrap", "docker")
 
 
@@ -54,7 +57,10 @@ class PoolSettings:
 
 @dataclasses.dataclass(frozen=True)
 class ModelSettings:
-    """A preset (``config`` resolved, overrides applied) or, with ``path``, a Hugging Face directory."""
+    """A preset (``config`` resolved, overrides applied) or, with ``path``, a Hugging Face directory.
+
+    ``lora``: adapters to attach (``configs.common.lora``); with them every learner trains only the adapters.
+    """
 
     preset: str
     path: str
@@ -63,6 +69,7 @@ class ModelSettings:
     param_dtype: str
     overrides: Mapping[str, Any]
     config: ModelConfig | None
+    lora: LoRAConfig | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +139,7 @@ class Settings:
     algorithm: AlgorithmSettings
     rollout: RolloutConfig
     sft: SFTSettings
+    preference: PreferenceSettings
     eval: EvalSettings
     loop: LoopSettings
     learners: Mapping[str, LearnerConfig]  # one per phase that has steps
@@ -139,12 +147,19 @@ class Settings:
 
     @property
     def total_steps(self) -> int:
-        """SFT steps ``1..S`` then RL steps ``S+1..S+R``: steps are numbered across phases."""
-        return self.sft.steps + self.loop.steps
+        """SFT steps ``1..S``, preference steps ``S+1..S+P``, then RL steps: numbered across phases."""
+        return self.sft.steps + self.preference.steps + self.loop.steps
+
+    @property
+    def rl_start(self) -> int:
+        """The last step before RL (RL's first policy is this step's)."""
+        return self.sft.steps + self.preference.steps
 
     def phase_at(self, step: int) -> str:
-        """The phase step ``step`` belongs to (``"sft"`` or ``"rl"``)."""
-        return "sft" if step <= self.sft.steps else "rl"
+        """The phase step ``step`` belongs to: ``"sft"``, ``"preference"`` or ``"rl"``."""
+        if step <= self.sft.steps:
+            return "sft"
+        return "preference" if step <= self.rl_start else "rl"
 
     def config_json(self) -> str:
         """The text of ``config.json``."""
@@ -203,7 +218,10 @@ def _renamed(exc: Exception, prefix: str, where: str) -> ConfigError:
 
 
 # -- sections -------------------------------------------------------------------------------------
-_TOP = ("seed", "model", "mesh", "tasks", "sandbox", "algorithm", "optimizer", "rollout", "sft", "eval", "loop")
+_TOP = (
+    *("seed", "model", "mesh", "tasks", "sandbox", "algorithm", "optimizer", "rollout", "sft", "preference"),
+    *("eval", "loop"),
+)
 _OPTIMIZER = (
     *("learning_rate", "warmup_steps", "weight_decay", "grad_clip_norm", "microbatches"),
     *("b1", "b2", "eps", "end_lr_ratio"),
@@ -212,7 +230,8 @@ _SFT = ("steps", "data", "batch_size", "learning_rate", "warmup_steps", "options
 
 
 def _model(node: Any) -> ModelSettings:
-    m = _fields(node, "model", _names(ModelSettings, drop=("config",)))
+    m = _fields(node, "model", _names(ModelSettings, drop=("config",)), optional=("lora",))
+    m["lora"] = _lora(m.get("lora"))
     config = None
     if m["path"]:
         path = Path(m["path"])
@@ -234,6 +253,23 @@ def _model(node: Any) -> ModelSettings:
         file = Path(hf) / "tokenizer.json" if Path(hf).is_dir() else Path(hf)
         _need(file.is_file(), "model.tokenizer", "'byte', or a tokenizer.json (or its directory)", spec or m["path"])
     return ModelSettings(**{**m, "overrides": types.MappingProxyType(dict(m["overrides"]))}, config=config)
+
+
+def _lora(node: Any) -> LoRAConfig | None:
+    """``config.model.lora`` (absent or None: no adapters, full fine-tuning)."""
+    if node is None:
+        return None
+    lora = _fields(
+        node, "model.lora", _names(LoRAConfig), optional=("dropout", "target_modules", "param_dtype", "seed")
+    )
+    if "target_modules" in lora:
+        targets = lora["target_modules"]
+        _need(isinstance(targets, list | tuple), "model.lora.target_modules", "a list of projection names", targets)
+        lora["target_modules"] = tuple(targets)
+    try:
+        return LoRAConfig(**lora)
+    except (TypeError, ValueError) as exc:
+        raise _renamed(exc, "LoRAConfig", "model.lora") from exc
 
 
 def _pools(node: Any, where: str, catalog: TaskCatalog) -> dict[str, PoolSettings]:
@@ -290,21 +326,31 @@ def _rollout(node: Any, training: bool, min_group: int) -> RolloutConfig:
 
 
 def _learner(
-    phase: str, optimizer: dict[str, Any], schedule: str, values: dict[str, Any], steps: int, loss: PolicyLossConfig
+    phase: str,
+    optimizer: dict[str, Any],
+    schedule: str,
+    values: dict[str, Any],
+    steps: int,
+    loss: PolicyLossConfig,
+    trainable: str = "all",
+    preference: PreferenceConfig | None = None,
 ) -> LearnerConfig:
-    """The learner of one phase: ``steps`` optimizer steps, rate and warmup from ``config.<schedule>``."""
+    """The learner of one phase: ``steps`` optimizer steps, rate and warmup from ``config.<schedule>``;
+    ``trainable="lora"`` when the model has adapters (``config.model.lora``)."""
     warmup = values["warmup_steps"]
     why = f"an int in [0, {steps}] (the {phase} phase takes {steps} optimizer steps)"
     _need(isinstance(warmup, int) and 0 <= warmup <= steps, f"{schedule}.warmup_steps", why, warmup)
     shared = {k: v for k, v in optimizer.items() if k not in ("learning_rate", "warmup_steps")}
     try:
         return LearnerConfig(
-            objective="sft" if phase == "sft" else "policy",
+            objective={"sft": "sft", "preference": "preference"}.get(phase, "policy"),
             learning_rate=values["learning_rate"],
             warmup_steps=warmup,
             total_steps=steps,
             temperature=RAW_LOGPROB_TEMPERATURE,
             loss=loss,
+            trainable=trainable,
+            **({"preference": preference} if preference is not None else {}),
             **shared,
         )
     except (TypeError, ValueError) as exc:
@@ -352,6 +398,29 @@ def _sft(node: Any) -> SFTSettings:
     return SFTSettings(sft["steps"], sft["data"], sft["batch_size"], types.MappingProxyType(dict(sft["options"])))
 
 
+def _preference(node: Any) -> tuple[PreferenceSettings, PreferenceConfig | None]:
+    """``config.preference`` (absent: no preference phase) and its loss."""
+    if node is None:
+        return PreferenceSettings(), None
+    p = _fields(node, "preference", _names(PreferenceSettings))
+    for key, low in (("steps", 0), ("batch_size", 1), ("mine_tasks", 1), ("mine_group", 2), ("max_pairs_per_task", 1)):
+        _int(p[key], f"preference.{key}", low)
+    settings = PreferenceSettings(**p)
+    if not settings.steps:
+        return settings, None
+    data = p["data"]
+    known = f"'{MINED}' (pairs from the policy's own rollouts) or 'jsonl:PATH'"
+    _need(isinstance(data, str) and (data == MINED or data.startswith("jsonl:")), "preference.data", known, data)
+    if data.startswith("jsonl:"):
+        path = Path(data.removeprefix("jsonl:"))
+        _need(path.is_file(), "preference.data", "a JSONL file that exists", data)
+    try:
+        loss = PreferenceConfig(p["loss"], p["beta"], p["label_smoothing"], p["gamma"])
+    except ValueError as exc:
+        raise _renamed(exc, "PreferenceConfig", "preference") from exc
+    return settings, loss
+
+
 def _eval(node: Any, catalog: TaskCatalog) -> EvalSettings:
     ev = _fields(node, "eval", _names(EvalSettings))
     for key, low in (("every", 0), ("num_tasks", 1), ("k", 0)):
@@ -370,7 +439,7 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
     """
     catalog = catalog if catalog is not None else TaskCatalog()
     raw = config.to_json_best_effort() if isinstance(config, mlc.ConfigDict) else json.dumps(config)
-    c = _fields(json.loads(raw), "", _TOP)
+    c = _fields(json.loads(raw), "", _TOP, optional=("preference",))
     _need(isinstance(c["seed"], int) and not isinstance(c["seed"], bool), "seed", "an int", c["seed"])
     model, loop, sandbox = _model(c["model"]), _loop(c["loop"]), _sandbox(c["sandbox"])
     shape = _fields(c["mesh"], "mesh", ("shape",))["shape"]
@@ -380,19 +449,26 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
     except ValueError as exc:
         raise ConfigError(f"config.mesh.shape: {exc}") from exc
     algorithm = _algorithm(c["algorithm"], loop.max_len)
-    packable = not loop.pack_sequences or algorithm.loss.aggregation == "token"
-    why = "False when algorithm.loss.aggregation is not 'token' (packed rows hold several sequences)"
+    packable = not loop.pack_sequences or algorithm.loss.aggregation in PACKABLE_AGGREGATIONS
+    why = f"False unless algorithm.loss.aggregation is in {PACKABLE_AGGREGATIONS} (packed rows hold several sequences)"
     _need(packable, "loop.pack_sequences", why, loop.pack_sequences)
     training = loop.steps > 0
     rollout = _rollout(c["rollout"], training, ESTIMATORS[algorithm.advantage].min_valid)
     sft = _sft(c["sft"])
     optimizer = _fields(c["optimizer"], "optimizer", _OPTIMIZER)
     learners = {}
+    trainable = "lora" if model.lora is not None else "all"
     if sft.steps:
-        learners["sft"] = _learner("sft", optimizer, "sft", c["sft"], sft.steps, algorithm.loss)
+        learners["sft"] = _learner("sft", optimizer, "sft", c["sft"], sft.steps, algorithm.loss, trainable)
     if training:
         rl_steps = loop.steps * algorithm.epochs
-        learners["rl"] = _learner("rl", optimizer, "optimizer", optimizer, rl_steps, algorithm.loss)
+        learners["rl"] = _learner("rl", optimizer, "optimizer", optimizer, rl_steps, algorithm.loss, trainable)
+    preference, preference_loss = _preference(c.get("preference"))
+    if preference.steps:
+        learners["preference"] = _learner(
+            "preference", optimizer, "preference", c["preference"], preference.steps, algorithm.loss, trainable,
+            preference=preference_loss,
+        )  # fmt: skip
     tasks = _pools(c["tasks"], "tasks", catalog)
     _need(bool(tasks) or not training, "tasks", "at least one task pool when loop.steps > 0", c["tasks"])
     return Settings(
@@ -404,6 +480,7 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
         algorithm=algorithm,
         rollout=rollout,
         sft=sft,
+        preference=preference,
         eval=_eval(c["eval"], catalog),
         loop=loop,
         learners=types.MappingProxyType(learners),

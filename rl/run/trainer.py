@@ -1,7 +1,8 @@
-"""The training loop: optional SFT warm start, then RL steps, with evaluation, metrics and checkpoints.
+"""The training loop: optional SFT warm start, optional preference phase, then RL, with evaluation,
+metrics and checkpoints.
 
-Steps are numbered globally: ``1..S`` are SFT steps, ``S+1..S+R`` RL steps, so a
-checkpoint at any step says exactly where a resumed run picks up. A step's
+Steps are numbered globally: ``1..S`` are SFT steps, ``S+1..S+P`` preference (DPO/SimPO) steps,
+then the RL steps, so a checkpoint at any step says exactly where a resumed run picks up. A step's
 metrics line and trajectories are written *before* its checkpoint; on resume,
 anything written after the restored step is dropped and redone, so a run killed
 with SIGKILL at any point and started again ends with the same parameters and
@@ -27,6 +28,7 @@ from rl.run import trajectory
 from rl.run.episodes import assign_advantages, rollout_metrics, train_batch
 from rl.run.evaluation import Evaluator, held_out_tasks
 from rl.run.experiment import Experiment
+from rl.run.preference_phase import PreferencePhase
 from rl.run.preflight import CircuitBreaker, preflight
 from rl.run.producer import Produced, RolloutProducer
 from rl.run.rollout import RolloutResult
@@ -48,6 +50,8 @@ class Trainer:
         self.restored_pending: list[Produced] = []
         s = exp.settings
         self.sft_steps = s.sft.steps
+        self.rl_start = s.rl_start  # the last step before RL
+        self.preference = PreferencePhase(exp, s.preference, self.sft_steps + 1) if s.preference.steps else None
         self.total = s.total_steps
         self.tasks = iter(task_stream(s.tasks, exp.catalog, seed=s.seed)) if s.tasks else None
         self.evaluator = Evaluator(exp.rollout, s.eval, held_out_tasks(s.eval, exp.catalog))
@@ -93,19 +97,21 @@ class Trainer:
             metrics: dict[str, Any] = {"phase": self._enter_phase(step)}
             if metrics["phase"] == "rl" and self.producer is None and not self.synchronous:
                 self._start_producer(step)
-            metrics.update(self.sft_step() if metrics["phase"] == "sft" else self.rl_step(step))
+            metrics.update(self._phase_step(metrics["phase"], step))
             if self._eval_due(step) and self.evaluator.tasks:
                 bar.set_postfix_str(f"step {step}: evaluating {len(self.evaluator.tasks)} held-out tasks", refresh=True)
                 result = self._evaluate(step)
                 metrics.update(result)
                 if step == self.sft_steps:
                     self.evals["after_sft"] = result
+                if self.preference is not None and step == self.rl_start:
+                    self.evals["after_preference"] = result
                 self.evals["last"] = result
             metrics["time/step_s"] = time.perf_counter() - t0
             # The run's time, across every process that ran it (a resumed run continues the clock).
             metrics["time/elapsed_s"] = self.elapsed_before + time.perf_counter() - started
             exp.metrics.write(step, metrics)
-            if exp.checkpointer.should_save(step, final=step == self.total or step == self.sft_steps):
+            if exp.checkpointer.should_save(step, final=step in (self.total, self.sft_steps, self.rl_start)):
                 self.save(step, metrics["time/elapsed_s"])
             if self.producer is not None:  # after the checkpoint: see rl.run.producer
                 self.producer.publish(step)
@@ -129,7 +135,7 @@ class Trainer:
             self._finish_step,
             self.exp.model,
             staleness=self.exp.settings.loop.max_staleness,
-            rl_start=self.sft_steps,
+            rl_start=self.rl_start,
             first=first,
             last=self.total,
             restored=self.restored_pending,
@@ -142,7 +148,9 @@ class Trainer:
         every = self.exp.settings.eval.every
         if step == self.total or (self.sft_steps and step == self.sft_steps):
             return True
-        rl_step = step - self.sft_steps
+        if self.preference is not None and step == self.rl_start:
+            return True
+        rl_step = step - self.rl_start
         return every > 0 and rl_step > 0 and rl_step % every == 0
 
     def _enter_phase(self, step: int) -> str:
@@ -154,6 +162,25 @@ class Trainer:
         return phase
 
     # -- steps ---------------------------------------------------------------------
+    def _phase_step(self, phase: str, step: int) -> dict[str, Any]:
+        if phase == "sft":
+            return self.sft_step()
+        if phase == "preference":
+            return self.preference_step()
+        return self.rl_step(step)
+
+    def preference_step(self) -> dict[str, Any]:
+        """One DPO/SimPO step; the phase's first step loads (or mines) its pairs."""
+        metrics: dict[str, Any] = {}
+        if self.preference.data is None:
+            t = time.perf_counter()
+            metrics.update(self.preference.prepare())
+            metrics["time/mine_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        metrics.update(self.preference.step(self.learner))
+        metrics["time/learn_s"] = time.perf_counter() - t
+        return metrics
+
     def sft_step(self) -> dict[str, Any]:
         s = self.exp.settings
         seqs, masks = self.sft_data.batch(s.sft.batch_size)
@@ -274,6 +301,7 @@ class Trainer:
             **stream,
             "pending": [p.to_dict() for p in pending],
             "sft_data": self.sft_data.state() if self.sft_data is not None else None,
+            "preference_data": self.preference.state() if self.preference is not None else None,
             "evals": self.evals,
         }
         self.exp.checkpointer.save(step, self.learner.state(), _jsonable(extra))
@@ -295,6 +323,8 @@ class Trainer:
         self.restored_pending = [Produced.from_dict(p) for p in extra.get("pending", [])]
         if self.sft_data is not None and extra.get("sft_data"):
             self.sft_data.load_state(extra["sft_data"])
+        if self.preference is not None and step < self.rl_start and extra.get("preference_data"):
+            self.preference.load_state(extra["preference_data"])
         self.evals = extra.get("evals", {})
         self.elapsed_before = float(extra.get("elapsed_s", 0.0))
         exp.metrics.truncate_after(step)
@@ -309,6 +339,7 @@ def _postfix(metrics: dict[str, Any]) -> dict[str, str]:
         ("rollout/reward_mean", "reward"),
         ("rollout/pass_rate", "pass"),
         ("sft/loss", "sft_loss"),
+        ("dpo/loss", "dpo_loss"),
         ("eval/greedy_pass_rate", "eval"),
         ("rollout/anomaly_rate", "anomalies"),
         ("time/step_s", "s/step"),

@@ -278,7 +278,10 @@ def test_two_weight_versions_decode_side_by_side_bit_identical(model, tok, singl
         alone = DecodeEngine(model, tok, single_mesh, config)
         alone.load_weights(key, state)
         expected[i] = two_turns(alone, i, prompts[i], 10 + i, key)
-    assert expected[0][0].token_ids != expected[1][0].token_ids or expected[0][0].raw_logprobs != expected[1][0].raw_logprobs
+    assert (
+        expected[0][0].token_ids != expected[1][0].token_ids
+        or expected[0][0].raw_logprobs != expected[1][0].raw_logprobs
+    )
 
     engine = DecodeEngine(model, tok, single_mesh, config)
     engine.load_weights("old", old)

@@ -51,7 +51,8 @@ def test_batch_estimator_uses_every_valid_episode_of_the_batch():
 
 def test_policy_losses_are_chosen_by_name():
     assert losses.POLICY_LOSSES["ppo_clip"] is losses.ppo_clip_loss
-    with pytest.raises(ValueError, match=r"PolicyLossConfig\.name: expected one of \['ppo_clip'\]"):
+    assert losses.POLICY_LOSSES["gspo"] is losses.gspo_loss
+    with pytest.raises(ValueError, match=r"PolicyLossConfig\.name: expected one of \['gspo', 'ppo_clip'\]"):
         losses.PolicyLossConfig(name="reinforce")
 
 
@@ -160,3 +161,150 @@ def test_sft_loss_and_token_logprobs():
 def test_bad_loss_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
         losses.PolicyLossConfig(**{field: value})
+
+
+def test_sequence_mean_counts_packed_segments_one_by_one():
+    x = jnp.array([[1.0, 2.0, 3.0, 5.0], [4.0, 0.0, 0.0, 0.0]])
+    mask = jnp.array([[1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0]])
+    segments = jnp.array([[1, 1, 2, 2], [1, 0, 0, 0]])  # row 0 holds two sequences
+    assert float(losses.sequence_mean(x, mask, segment_ids=segments)) == pytest.approx((1.5 + 4.0 + 4.0) / 3)
+    assert float(losses.count_sequences(mask, segments)) == 3.0
+    assert float(losses.count_sequences(mask)) == 2.0
+
+
+# -- GSPO --------------------------------------------------------------------------
+# Row 0: one sequence, 3 sampled tokens. Row 1: two packed sequences, 2 and 4 sampled tokens.
+GSPO_SEGMENTS = np.array([[1, 1, 1, 1, 1, 0, 0, 0], [1, 1, 1, 2, 2, 2, 2, 2]], np.int32)
+GSPO_MASK = np.array([[0, 1, 1, 1, 0, 0, 0, 0], [0, 1, 1, 0, 1, 1, 1, 1]], np.float32)
+GSPO_ADV = np.array([[0.8] * 8, [-0.5] * 3 + [1.2] * 5], np.float32)  # per token, as pack() writes it
+GSPO_SEQS = [(0, 1), (1, 1), (1, 2)]  # (row, segment)
+
+
+def _gspo_inputs():
+    rng = np.random.default_rng(3)
+    old = (-1.0 - rng.random((2, 8))).astype(np.float32)
+    new = old + np.float32(0.02) * rng.standard_normal((2, 8)).astype(np.float32)
+    new[1, 4:] += 0.3  # the long sequence's ratio leaves the clip range (and its advantage is > 0)
+    new[GSPO_MASK == 0] = 50.0  # prompt / padding hold garbage: it must not matter
+    return new, old
+
+
+def _gspo_by_hand(new, old, clip_low, clip_high, aggregation):
+    """(loss, d loss / d new, clipped token fraction) in numpy, one sequence at a time."""
+    losses_, lengths, grads_, clipped = [], [], [], []
+    for row, seg in GSPO_SEQS:
+        on = (GSPO_SEGMENTS[row] == seg) & (GSPO_MASK[row] > 0)
+        n, a = on.sum(), GSPO_ADV[row, on][0]
+        s = np.exp((new[row, on] - old[row, on]).mean())
+        c = np.clip(s, 1 - clip_low, 1 + clip_high)
+        losses_.append(-min(s * a, c * a))
+        lengths.append(n)
+        unclipped = s * a <= c * a  # the min takes the ratio's own term: it has a gradient
+        g = np.zeros((2, 8))
+        g[row, on] = -a * s / n if unclipped else 0.0
+        grads_.append(g)
+        clipped.append(float(s != c))
+    w = np.ones(3) / 3 if aggregation == "sequence" else np.array(lengths) / sum(lengths)
+    loss = float(np.dot(w, losses_))
+    grad = sum(wi * g for wi, g in zip(w, grads_, strict=True))
+    return loss, grad, float(np.dot(np.array(lengths) / sum(lengths), clipped))
+
+
+@pytest.mark.parametrize("aggregation", ["sequence", "token"])
+def test_gspo_loss_and_gradient_by_hand(aggregation):
+    new, old = _gspo_inputs()
+    cfg = losses.PolicyLossConfig(name="gspo", clip_low=0.1, clip_high=0.15, aggregation=aggregation)
+    want_loss, want_grad, want_clip = _gspo_by_hand(new, old, 0.1, 0.15, aggregation)
+    assert 0.0 < want_clip < 1.0  # one sequence clipped, the others not: both branches are checked
+
+    def f(lp):
+        return losses.gspo_loss(lp, jnp.asarray(old), jnp.asarray(GSPO_ADV), jnp.asarray(GSPO_MASK), cfg,
+                                segment_ids=jnp.asarray(GSPO_SEGMENTS))  # fmt: skip
+
+    (loss, metrics), grad = jax.value_and_grad(f, has_aux=True)(jnp.asarray(new))
+    assert float(loss) == pytest.approx(want_loss, rel=1e-5)
+    np.testing.assert_allclose(np.asarray(grad), want_grad, rtol=1e-5, atol=1e-7)
+    assert float(metrics["clip_fraction"]) == pytest.approx(want_clip, rel=1e-6)
+    assert float(metrics["pg_loss"]) == pytest.approx(want_loss, rel=1e-5)
+
+
+def test_gspo_packed_row_equals_one_sequence_per_row():
+    """The packed row's two segments are two sequences: the same loss, metrics and gradient as unpacked."""
+    new, old = _gspo_inputs()
+    ref = old - 0.1
+    unpacked = {}
+    for name, x in (("new", new), ("old", old), ("ref", ref), ("adv", GSPO_ADV), ("mask", GSPO_MASK)):
+        rows = [np.where(GSPO_SEGMENTS[r] == k, x[r], 0.0 if name != "new" else 50.0) for r, k in GSPO_SEQS]
+        unpacked[name] = jnp.asarray(np.stack(rows).astype(np.float32))
+    cfg = losses.PolicyLossConfig(name="gspo", clip_low=0.1, clip_high=0.15, aggregation="sequence", kl_coef=0.1)
+
+    def f(lp, old, adv, mask, ref, segment_ids):
+        return losses.gspo_loss(lp, old, adv, mask, cfg, ref_logprobs=ref, segment_ids=segment_ids)
+
+    packed = jax.value_and_grad(f, has_aux=True)(
+        *map(jnp.asarray, (new, old, GSPO_ADV, GSPO_MASK, ref)), jnp.asarray(GSPO_SEGMENTS)
+    )
+    flat = jax.value_and_grad(f, has_aux=True)(
+        unpacked["new"], unpacked["old"], unpacked["adv"], unpacked["mask"], unpacked["ref"], None
+    )
+    for key in packed[0][1]:
+        assert float(packed[0][1][key]) == pytest.approx(float(flat[0][1][key]), rel=1e-5, abs=1e-7), key
+    flat_grad = np.asarray(flat[1])
+    for i, (r, k) in enumerate(GSPO_SEQS):
+        here = GSPO_SEGMENTS[r] == k
+        np.testing.assert_allclose(np.asarray(packed[1])[r, here], flat_grad[i, here], rtol=1e-5, atol=1e-8)
+
+
+def test_gspo_on_policy_ratio_is_one_and_gradient_is_the_sequence_mean():
+    """At ``new == old`` every ratio is 1: nothing is clipped and each token gets ``-A_i / (|y_i| * n_seq)``."""
+    _, old = _gspo_inputs()
+    cfg = losses.PolicyLossConfig(name="gspo", clip_low=3e-4, clip_high=4e-4, aggregation="sequence")
+    adv, mask, seg = jnp.asarray(GSPO_ADV), jnp.asarray(GSPO_MASK), jnp.asarray(GSPO_SEGMENTS)
+    (loss, metrics), grad = jax.value_and_grad(
+        lambda lp: losses.gspo_loss(lp, jnp.asarray(old), adv, mask, cfg, segment_ids=seg), has_aux=True
+    )(jnp.asarray(old))
+    assert float(metrics["clip_fraction"]) == 0.0 and float(metrics["ratio_mean"]) == pytest.approx(1.0)
+    assert float(loss) == pytest.approx(-(0.8 - 0.5 + 1.2) / 3, rel=1e-6)
+    assert float(grad[1, 4]) == pytest.approx(-1.2 / (4 * 3), rel=1e-6)
+    assert float(grad[0, 1]) == pytest.approx(-0.8 / (3 * 3), rel=1e-6)
+
+
+def test_gspo_trains_packed_rows_like_unpacked_and_splits_into_microbatches(single_mesh):
+    """Through the learner: packing and micro-batches leave a GSPO update unchanged."""
+    import dataclasses
+
+    from flax import nnx
+
+    from rl.learning.batch import pack
+    from rl.learning.learner import Learner, LearnerConfig
+    from rl.models import Transformer, get_model_config
+
+    rng = np.random.default_rng(4)
+    lengths = [40, 12, 25, 9, 30, 17]
+    seqs = [list(rng.integers(0, 256, n)) for n in lengths]
+    masks = [[0] * (n // 3) + [1] * (n - n // 3) for n in lengths]
+    old = [[float(-rng.random()) * m for m in mask] for mask in masks]
+    adv = list(rng.normal(size=len(lengths)))
+    kw = {"pad_id": 263, "length_buckets": (64,), "batch_buckets": None}
+    flat, packed = pack(seqs, masks, old, adv, **kw), pack(seqs, masks, old, adv, pack_sequences=True, **kw)
+    assert packed.shape[0] < flat.shape[0]
+    model_config = get_model_config("tiny", num_layers=1)
+    loss = losses.PolicyLossConfig(name="gspo", clip_low=0.02, clip_high=0.03, aggregation="sequence", kl_coef=0.0)
+    config = LearnerConfig(learning_rate=1e-3, total_steps=10, eps=1e-5, loss=loss)
+    learners = {
+        m: Learner(Transformer(model_config, nnx.Rngs(0)), single_mesh, dataclasses.replace(config, microbatches=m))
+        for m in (1, 2)
+    }
+    start = jax.tree.map(np.asarray, learners[1].state())
+    results = []
+    for batch, microbatches in ((flat, 1), (packed, 1), (flat, 2)):
+        learners[microbatches].load_state(start)
+        metrics = learners[microbatches].train_step(batch)
+        results.append((metrics, jax.tree.map(np.asarray, learners[microbatches].state()["params"])))
+    (want, want_params), *others = results
+    assert want["train/clip_fraction"] > 0  # the sampler's log-probs are not the policy's: some clipping
+    for got, params in others:
+        for key in ("train/loss", "train/pg_loss", "train/clip_fraction", "train/ratio_mean"):
+            assert got[key] == pytest.approx(want[key], rel=1e-4), key
+        for a, b in zip(jax.tree.leaves(want_params), jax.tree.leaves(params), strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-6)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import safetensors.numpy
 from flax import nnx
 
 from rl.models import hf, sharding
@@ -147,3 +148,56 @@ def test_loader_errors_name_the_problem(hf_checkpoints, tmp_path):
         f.unlink()
     with pytest.raises(CheckpointError, match=r"no \*\.safetensors"):
         hf.load_hf_model(bad)
+
+
+def test_tied_config_with_its_own_lm_head_matches_transformers(hf_checkpoints, single_mesh, token_ids, tmp_path):
+    """``tie_word_embeddings: true`` beside a different ``lm_head.weight``: transformers keeps them apart."""
+    path, _ = hf_checkpoints["llama"]  # untied, with a random lm_head
+    tied = tmp_path / "tied"
+    shutil.copytree(path, tied)
+    config = json.loads((tied / "config.json").read_text())
+    (tied / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+    reference = transformers.LlamaForCausalLM.from_pretrained(tied)
+    model = hf.load_hf_model(tied, mesh=single_mesh, dtype="float32")
+    assert not model.config.tie_embeddings
+    np.testing.assert_array_less(
+        np.abs(_logits(model, token_ids, single_mesh) - _reference_logits(reference, token_ids)), 1e-4
+    )
+
+
+def test_tied_config_with_an_equal_lm_head_stays_tied(hf_checkpoints, single_mesh, token_ids, tmp_path):
+    path, torch_model = hf_checkpoints["qwen2"]  # tied: save_pretrained writes no lm_head.weight
+    both = tmp_path / "both"
+    shutil.copytree(path, both)
+    tensors = safetensors.numpy.load_file(both / "model.safetensors")
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].copy()
+    safetensors.numpy.save_file(tensors, both / "model.safetensors", metadata={"format": "pt"})
+    model = hf.load_hf_model(both, mesh=single_mesh, dtype="float32")
+    assert model.config.tie_embeddings
+    np.testing.assert_array_less(
+        np.abs(_logits(model, token_ids, single_mesh) - _reference_logits(torch_model, token_ids)), 1e-4
+    )
+
+
+def test_llama3_rope_without_original_max_positions_matches_transformers(single_mesh, token_ids, tmp_path):
+    """transformers falls back to ``max_position_embeddings`` (128 here), not Llama 3.1's 8192."""
+    torch.manual_seed(2)
+    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    config = transformers.LlamaConfig(
+        vocab_size=300, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=128, rope_theta=500000.0,
+        rope_scaling=dict(rope), initializer_range=0.1, tie_word_embeddings=False,
+    )  # fmt: skip
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path)
+    raw = json.loads((tmp_path / "config.json").read_text())
+    for key in ("rope_parameters", "rope_scaling"):  # save_pretrained filled the fallback in: take it out again
+        if isinstance(raw.get(key), dict):
+            raw[key].pop("original_max_position_embeddings", None)
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    reference = transformers.LlamaForCausalLM.from_pretrained(tmp_path).eval()
+    assert reference.config.rope_parameters["original_max_position_embeddings"] == 128
+    model = hf.load_hf_model(tmp_path, mesh=single_mesh, dtype="float32")
+    assert model.config.rope_scaling.original_max_position_embeddings == 128
+    np.testing.assert_array_less(
+        np.abs(_logits(model, token_ids, single_mesh) - _reference_logits(reference, token_ids)), 1e-4
+    )

@@ -182,3 +182,33 @@ def test_pair_data_resumes_exactly_and_config_errors_name_the_field():
         PreferenceConfig(beta=0)
     with pytest.raises(ValueError, match="no preference pairs"):
         PairData([])
+
+
+def test_the_learner_trains_pairs_keeps_its_reference_and_splits_pairs_exactly(single_mesh, pairs, tok):
+    from rl.learning.learner import Learner, LearnerConfig
+
+    def run(microbatches: int, loss: str = "dpo"):
+        model = _make_model(single_mesh)
+        config = LearnerConfig(
+            objective="preference", learning_rate=3e-3, total_steps=10, microbatches=microbatches,
+            preference=PreferenceConfig(loss=loss, beta=0.5),
+        )  # fmt: skip
+        learner = Learner(model, single_mesh, config)
+        batch = pair_batch(pairs, pad_id=tok.pad_id, pair_multiple=learner.batch_multiple)
+        history = [learner.train_step(batch) for _ in range(4)]
+        return learner, history
+
+    learner, history = run(1)
+    assert set(learner.state()) == {"params", "opt_state", "step", "ref_params"}
+    assert history[0]["train/loss"] == pytest.approx(np.log(2.0), abs=1e-6)  # policy == reference at start
+    assert history[0]["train/reward_margin"] == pytest.approx(0.0, abs=1e-6)
+    assert history[-1]["train/loss"] < history[0]["train/loss"] and history[-1]["train/accuracy"] == 1.0
+    split, history2 = run(2)
+    for a, b in zip(history, history2, strict=True):
+        assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-4, abs=1e-6)
+        assert a["train/grad_norm"] == pytest.approx(b["train/grad_norm"], rel=1e-4)
+    a, b = nnx.state(learner.model, nnx.Param), nnx.state(split.model, nnx.Param)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):  # Adam magnifies float rounding
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-4)
+    simpo, history3 = run(1, "simpo")
+    assert "ref_params" not in simpo.state() and history3[-1]["train/loss"] < history3[0]["train/loss"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from configs import quickstart
+from configs import common, quickstart
 from envs import env_for_domain
 from rl.run import experiment
 from rl.run.evaluation import held_out_tasks
@@ -45,7 +45,11 @@ def _config(**fields):
         ("rollout__temperature", 0.7, r"config\.rollout\.temperature: expected 1\.0 for training \(.*\), got 0\.7$"),
         ("rollout__top_p", 0.9, r"config\.rollout\.top_p: expected 1\.0 for training"),
         ("rollout__top_k", 5, r"config\.rollout\.top_k: expected 0 for training"),
-        ("algorithm__loss__name", "reinforce", r"config\.algorithm\.loss\.name: expected one of \['ppo_clip'\]"),
+        (
+            "algorithm__loss__name",
+            "reinforce",
+            r"config\.algorithm\.loss\.name: expected one of \['gspo', 'ppo_clip'\]",
+        ),
         ("algorithm__advantage", "gae", r"config\.algorithm\.advantage: expected one of \["),
         ("algorithm__loss__clip_low", -1.0, r"config\.algorithm\.loss\.clip_low"),
         ("optimizer__warmup_steps", 4, r"config\.optimizer\.warmup_steps: expected an int in \[0, 3\] \(the rl phase"),
@@ -66,6 +70,22 @@ def _config(**fields):
 def test_bad_fields_are_named(field, value, message):
     with pytest.raises(ConfigError, match=message):
         load_settings(_config(**{field: value}))
+
+
+def test_gspo_is_selected_by_the_loss_name_and_packs():
+    """``algorithm.loss.name="gspo"`` reaches the learner; its per-sequence mean is per packed segment."""
+    config = _config(algorithm=common.gspo())
+    assert config.loop.pack_sequences
+    settings = load_settings(config)
+    loss = settings.learners["rl"].loss
+    assert (loss.name, loss.clip_low, loss.clip_high, loss.aggregation) == ("gspo", 3e-4, 4e-4, "sequence")
+    assert settings.algorithm.name == "gspo" and settings.algorithm.loss == loss
+    assert load_settings(_config(algorithm__loss__name="gspo")).learners["rl"].loss.name == "gspo"
+    constant = _config(algorithm=common.gspo(aggregation="constant"))
+    with pytest.raises(ConfigError, match=r"config\.loop\.pack_sequences: expected False unless .*'sequence'"):
+        load_settings(constant)
+    constant.loop.pack_sequences = False
+    assert load_settings(constant).algorithm.loss.aggregation == "constant"
 
 
 def test_unknown_fields_suggest_the_right_one():
