@@ -198,3 +198,17 @@ def test_a_different_experiment_in_the_same_workdir_is_refused(run_dir):
     proc = _cli("rl.train", f"--config={CONFIG}", f"--workdir={run_dir}", "--config.rollout.group_size=3")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "holds a different experiment (config.json differs in rollout.group_size: 4 -> 3)" in proc.stderr
+
+
+def test_the_lock_step_rollout_reference_still_trains(run_dir, tmp_path):
+    """``rollout.engine=False``: the lock-step reference the engine is measured against runs a step end to
+    end, and its SFT phase is the engine run's, bit for bit (the rollout is the only difference)."""
+    workdir = tmp_path / "lockstep"
+    _run(workdir, "--config.rollout.engine=False", "--config.loop.steps=1", "--config.eval.every=0")
+    records = read_metrics(workdir)
+    rl = [r for r in records if r.get("phase") == "rl"]
+    assert len(rl) == 1 and rl[0]["rollout/sampled_tokens"] > 0 and "rollout/prefill_tokens" not in rl[0]
+    engine_sft = [r["sft/loss"] for r in read_metrics(run_dir) if r.get("phase") == "sft"]
+    assert [r["sft/loss"] for r in records if r.get("phase") == "sft"] == engine_sft
+    episodes = trajectory.read_step(trajectory.step_files(workdir)[0][1])
+    assert all(len(e["token_ids"]) == len(e["loss_mask"]) == len(e["logprobs"]) for e in episodes)
