@@ -48,26 +48,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.machine import describe_machine  # noqa: E402
 from rl.learning.batch import TrainBatch  # noqa: E402
+from rl.learning.learner import BATCH_FIELDS  # noqa: E402
 from rl.learning.learner_config import LearnerConfig  # noqa: E402
 from rl.learning.train_step import build_train_step, make_optimizer  # noqa: E402
 from rl.models import Transformer, get_model_config  # noqa: E402
 from rl.models.lora import TARGETS, LoRAConfig, LoRAParam, apply_lora  # noqa: E402
 from rl.models.sharding import DEFAULT_RULES  # noqa: E402
 
-_BATCH = {  # field -> (dtype, rank), as the learner places a batch
-    "tokens": (jnp.int32, 2),
-    "input_mask": (jnp.bool_, 2),
-    "loss_mask": (jnp.float32, 2),
-    "old_logprobs": (jnp.float32, 2),
-    "advantages": (jnp.float32, 2),
-    "weights": (jnp.float32, 1),
-    "positions": (jnp.int32, 2),
-    "segment_ids": (jnp.int32, 2),
-}
-
 
 def _abstract_batch(b: int, t: int) -> TrainBatch:
-    return TrainBatch(**{k: jax.ShapeDtypeStruct((b, t)[:rank], dtype) for k, (dtype, rank) in _BATCH.items()})
+    return TrainBatch(**{k: jax.ShapeDtypeStruct((b, t)[:rank], dtype) for k, (dtype, rank) in BATCH_FIELDS.items()})
 
 
 def _size(tree: Any) -> int:

@@ -59,7 +59,7 @@ from rl.models.transformer import Transformer
 
 __all__ = ["Learner", "LearnerConfig"]
 
-_BATCH_FIELDS = {  # field -> (dtype, rank)
+BATCH_FIELDS = {  # field -> (dtype, rank): how the learner places a TrainBatch
     "tokens": (np.int32, 2),
     "input_mask": (np.bool_, 2),
     "loss_mask": (np.float32, 2),
@@ -248,7 +248,7 @@ class Learner:
         spec = logical_to_spec(("batch",), self.rules, (self.batch_parallelism,), dict(self.mesh.shape))
         row = NamedSharding(self.mesh, spec)
         table = NamedSharding(self.mesh, PartitionSpec(*spec, None))
-        return tuple(table if rank == 2 else row for _, rank in _BATCH_FIELDS.values())
+        return tuple(table if rank == 2 else row for _, rank in BATCH_FIELDS.values())
 
     def _place_batch(self, batch: TrainBatch, multiple: int) -> TrainBatch:
         """Checks shapes and dtypes, then puts each field on the mesh, split along ``B``."""
@@ -265,7 +265,7 @@ class Learner:
             )
         fields = {}
         batch = batch.with_defaults()  # per-token advantages, positions and segments for unpacked rows
-        for (name, (dtype, rank)), sharding in zip(_BATCH_FIELDS.items(), self._batch_shardings(), strict=True):
+        for (name, (dtype, rank)), sharding in zip(BATCH_FIELDS.items(), self._batch_shardings(), strict=True):
             value = getattr(batch, name)
             want = (b, t)[:rank]
             if tuple(np.shape(value)) != want:
@@ -306,7 +306,7 @@ class Learner:
             step_fn = build_train_step(
                 self._train_graphdef, config, objective, self.rules, self._param_shardings, ref_graphdef=self._graphdef
             )
-            batch_shardings = TrainBatch(**dict(zip(_BATCH_FIELDS, self._batch_shardings(), strict=True)))
+            batch_shardings = TrainBatch(**dict(zip(BATCH_FIELDS, self._batch_shardings(), strict=True)))
             ref_shardings = self._param_shardings if self._uses_reference(objective) else None
             _PROGRAMS[key] = jax.jit(
                 step_fn,
