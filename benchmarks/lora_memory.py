@@ -16,20 +16,27 @@ The figures come from ``compiled.memory_analysis()``:
   - **output**: new parameters, new optimizer state, metrics.
   - **alias**: output bytes written into donated input buffers (counted once, not twice).
   - **temp**: XLA's scratch for the step: activations kept for the backward pass, their
-    cotangents, the float32 gradient accumulator (one per trained parameter), the update.
+    cotangents, the LM head's logits, the float32 gradient accumulator (one per trained
+    parameter), the update.
   - **total** = argument + output - alias + temp: every buffer of the step allocated at once, the
     number that must fit on one device (an upper bound: XLA already shares temp buffers whose
-    lifetimes do not overlap, but counts the whole argument and output).
-  - **XLA peak**: ``peak_memory_in_bytes``, the compiler's own peak of simultaneously live
-    buffers where the backend reports it (jax 0.10 on CPU does; it can be below ``temp`` because
-    temp is a pool sized for the worst case of every allocation order).
+    lifetimes do not overlap, but counts the whole argument and output). (jax 0.10's CPU
+    ``peak_memory_in_bytes`` reports the arguments alone, so it is not shown.)
+
+Each preset is measured twice, with the same LM head for both modes: chunked
+(``LearnerConfig.logits_chunk_mib``, default 64 MiB of float32 logits per chunk, see
+:mod:`rl.learning.lm_head`) and with all ``[B, T, vocab]`` logits at once (``0``, the step before
+the chunked head).
 
 Full fine-tuning: every weight is trained (bf16 parameters as the presets use, f32 gradient
 accumulator, bf16 AdamW moments). LoRA: rank ``--rank`` adapters (float32) on all seven
 projections (q, k, v, o, gate, up, down) of every layer, the base frozen. The batch is
 ``--batch`` rows of ``--tokens`` tokens. CPU's compiler plans memory like the accelerator
-back ends (buffer assignment), but fusion and layouts differ, so treat the absolute numbers as
-estimates and the ratio as the result.
+back ends (buffer assignment), but fusion, layouts and scheduling differ: notably XLA:CPU runs a
+bf16 x bf16 -> bf16 matmul on float32 copies of both operands, and keeps those copies of the
+weights alive from the forward to the backward pass (4 bytes per weight on top of its bf16 copy,
+LoRA's frozen base included), which an accelerator's native bf16 matmuls do not need. Treat the absolute numbers as estimates and the
+ratio as the result.
 """
 
 from __future__ import annotations
@@ -64,10 +71,13 @@ def _size(tree: Any) -> int:
     return sum(x.size * jnp.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
-def measure(preset: str, lora: LoRAConfig | None, batch: int, tokens: int, dtype: str = "") -> dict[str, Any]:
+def measure(
+    preset: str, lora: LoRAConfig | None, batch: int, tokens: int, dtype: str = "", chunk_mib: int = 0
+) -> dict[str, Any]:
     """Compiles one train step on abstract arrays and returns XLA's memory figures (bytes).
 
-    ``dtype`` (e.g. ``"float32"``) overrides the preset's parameter and compute dtype.
+    ``dtype`` (e.g. ``"float32"``) overrides the preset's parameter and compute dtype; ``chunk_mib``
+    is ``LearnerConfig.logits_chunk_mib`` (0: all logits at once).
     """
     config = get_model_config(preset, **({"dtype": dtype, "param_dtype": dtype} if dtype else {}))
 
@@ -79,7 +89,8 @@ def measure(preset: str, lora: LoRAConfig | None, batch: int, tokens: int, dtype
     trained = LoRAParam if lora is not None else nnx.Param
     graphdef = nnx.graphdef(model)
     params, rest = nnx.state(model, trained, ...)
-    learner = LearnerConfig(objective="policy", learning_rate=1e-5, trainable="lora" if lora else "all")
+    trainable = "lora" if lora else "all"
+    learner = LearnerConfig(objective="policy", learning_rate=1e-5, trainable=trainable, logits_chunk_mib=chunk_mib)
     tx, _ = make_optimizer(learner)
     opt_state = jax.eval_shape(tx.init, params)
     step_fn = build_train_step(graphdef, learner, "policy", DEFAULT_RULES, None)
@@ -90,7 +101,6 @@ def measure(preset: str, lora: LoRAConfig | None, batch: int, tokens: int, dtype
     mem = compiled.memory_analysis()
     arg, out = mem.argument_size_in_bytes, mem.output_size_in_bytes
     alias, temp = mem.alias_size_in_bytes, mem.temp_size_in_bytes
-    peak = getattr(mem, "peak_memory_in_bytes", 0)
     return {
         "trained": sum(x.size for x in jax.tree.leaves(params)),
         "weights": _size(nnx.state(model, nnx.Param)),
@@ -100,7 +110,6 @@ def measure(preset: str, lora: LoRAConfig | None, batch: int, tokens: int, dtype
         "alias": alias,
         "temp": temp,
         "total": arg + out - alias + temp,
-        "peak": peak,
         "compile_s": seconds,
     }
 
@@ -116,23 +125,25 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--dtype", default="", help="override the presets' dtypes (default: their own, bfloat16)")
+    parser.add_argument("--logits-chunk-mib", type=int, default=LearnerConfig().logits_chunk_mib)
     args = parser.parse_args()
     lora = LoRAConfig(rank=args.rank, alpha=2.0 * args.rank, target_modules=TARGETS)
     print(f"machine: {describe_machine()}; jax {jax.__version__} on {jax.devices()[0].platform}")
     dtypes = args.dtype or "preset dtypes"
     print(f"one train step, batch {args.batch} x {args.tokens} tokens, {dtypes}, LoRA rank {args.rank} on all 7\n")
-    header = "| preset | mode | trained params | optimizer state GiB | argument GiB | output GiB | alias GiB |"
-    print(header + " temp GiB | total GiB | total LoRA/full | XLA peak GiB | XLA peak LoRA/full | compile s |")
-    print("|" + "---|" * 13)
+    header = "| preset | LM head | mode | trained params | optimizer state GiB | argument GiB | output GiB |"
+    print(header + " alias GiB | temp GiB | total GiB | total LoRA/full | compile s |")
+    print("|" + "---|" * 12)
+    heads = ((args.logits_chunk_mib, f"chunked, {args.logits_chunk_mib} MiB"), (0, "all logits at once"))
     for preset in args.presets:
-        full = measure(preset, None, args.batch, args.tokens, args.dtype)
-        adapted = measure(preset, lora, args.batch, args.tokens, args.dtype)
-        for mode, m in (("full", full), (f"LoRA r={args.rank}", adapted)):
-            peak_ratio = f"{m['peak'] / full['peak']:.3f}" if full["peak"] else "n/a"
-            cells = [preset, mode, f"{m['trained'] / 1e6:.2f}M", _gib(m["opt_state"])]
-            cells += [_gib(m[k]) for k in ("argument", "output", "alias", "temp", "total")]
-            cells += [f"{m['total'] / full['total']:.3f}", _gib(m["peak"]), peak_ratio, f"{m['compile_s']:.0f}"]
-            print("| " + " | ".join(cells) + " |", flush=True)
+        for chunk, head in heads:
+            full = measure(preset, None, args.batch, args.tokens, args.dtype, chunk)
+            adapted = measure(preset, lora, args.batch, args.tokens, args.dtype, chunk)
+            for mode, m in (("full", full), (f"LoRA r={args.rank}", adapted)):
+                cells = [preset, head, mode, f"{m['trained'] / 1e6:.2f}M", _gib(m["opt_state"])]
+                cells += [_gib(m[k]) for k in ("argument", "output", "alias", "temp", "total")]
+                cells += [f"{m['total'] / full['total']:.3f}", f"{m['compile_s']:.0f}"]
+                print("| " + " | ".join(cells) + " |", flush=True)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ How a step is built, and why:
     from ``nnx.state(model)`` across a step.)
   - **Bounded activations.** A batch is split into more micro-batches than ``microbatches`` when
     its micro-batches would hold more than ``LearnerConfig.microbatch_tokens`` tokens per device
-    (:meth:`Learner.microbatches_for`), so a long-episode RL batch does not need gigabytes.
+    (:meth:`Learner.microbatches_for`), so a long-episode RL batch does not need gigabytes; and
+    the LM head runs a chunk of positions at a time (``LearnerConfig.logits_chunk_mib``,
+    :mod:`rl.learning.lm_head`), so a 150k vocabulary's logits never exist for the whole batch.
   - **Exact gradient accumulation** over ``microbatches`` inside the one step (see :mod:`rl.learning.train_step`,
     which holds the pure step; this module is its host side).
   - **The learner knows objectives, not algorithms.** ``LearnerConfig.objective`` is ``"policy"``
@@ -166,12 +168,15 @@ class Learner:
         Aligned like ``TrainBatch.old_logprobs``: column ``t`` is the log-prob of ``tokens[:, t]``
         given ``tokens[:, :t]``; column 0 and padding are 0.
         """
-        key = ("logprobs", self._graphdef, self.config.trainable, self.config.temperature, self.mesh, self.rules)
+        c = self.config
+        key = ("logprobs", self._graphdef, c.trainable, c.temperature, c.logits_chunk_mib, self.mesh, self.rules)
         if key not in _PROGRAMS:
-            graphdef, temp = self._graphdef, self.config.temperature
+            graphdef, temp, chunk = self._graphdef, c.temperature, c.logits_chunk_mib
 
             def run(params, rest, tokens, input_mask, positions, segment_ids):
-                logp = forward_logprobs(graphdef, params, rest, tokens, input_mask, temp, positions, segment_ids)[0]
+                logp = forward_logprobs(
+                    graphdef, params, rest, tokens, input_mask, temp, positions, segment_ids, chunk
+                )[0]
                 return jnp.where(input_mask, logp, 0.0)
 
             table = self._batch_shardings()[0]

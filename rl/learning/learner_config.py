@@ -62,6 +62,13 @@ class LearnerConfig:
         of the 0.46M-parameter quickstart model needs ~34 KB of XLA scratch per token at 384
         tokens (MLP activations, logits, attention blocks), so 8192 tokens is ~0.2-0.3 GB where its
         128 x 384 RL batch in one pass took 1.6 GB (3.2 GB before blocked attention).
+      logits_chunk_mib: the LM head and log-softmax run over chunks of positions whose float32
+        logits take at most this many MiB per device, and the backward pass recomputes one chunk
+        at a time (:mod:`rl.learning.lm_head`), so the ``[B, T, vocab]`` logits of a micro-batch
+        never exist at once (0: they do, the plain path). The same log-probs and gradients up to
+        float rounding. Small vocabularies fit in one chunk, so only large ones (Qwen2.5's 152k,
+        Llama-3's 128k: ~0.6 MB per token and tensor) are chunked, whose logits and their gradient
+        were otherwise the largest scratch of a LoRA step (``benchmarks/lora_memory.py``).
       temperature: temperature of the ``old_logprobs``: :data:`RAW_LOGPROB_TEMPERATURE` for the
         sampler's ``raw_logprobs``.
       loss: which policy loss and its settings (clip range, KL and entropy coefficients, token
@@ -84,6 +91,7 @@ class LearnerConfig:
     grad_clip_norm: float | None = 1.0
     microbatches: int = 1
     microbatch_tokens: int = 8192
+    logits_chunk_mib: int = 64
     temperature: float = RAW_LOGPROB_TEMPERATURE
     loss: PolicyLossConfig = dataclasses.field(default_factory=PolicyLossConfig)
     trainable: str = "all"
@@ -113,6 +121,8 @@ class LearnerConfig:
             _fail("microbatches", "an int >= 1", self.microbatches)
         if not (_is_int(self.microbatch_tokens) and self.microbatch_tokens >= 0):
             _fail("microbatch_tokens", "an int >= 0 (0: off)", self.microbatch_tokens)
+        if not (_is_int(self.logits_chunk_mib) and self.logits_chunk_mib >= 0):
+            _fail("logits_chunk_mib", "an int >= 0 (0: off)", self.logits_chunk_mib)
         if not (_real(self.temperature) and self.temperature > 0):
             _fail("temperature", "a finite float > 0 (the sampler's; 1.0 for raw_logprobs)", self.temperature)
         if self.trainable not in TRAINABLE:

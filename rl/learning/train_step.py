@@ -31,7 +31,8 @@ from flax import nnx
 
 from rl.learning.batch import TrainBatch
 from rl.learning.learner_config import LearnerConfig
-from rl.learning.losses import POLICY_LOSSES, count_sequences, sft_loss, token_logprobs_and_entropy, token_mean
+from rl.learning.lm_head import token_logprobs
+from rl.learning.losses import POLICY_LOSSES, count_sequences, sft_loss, token_mean
 from rl.learning.preference import PREFERENCE_METRICS, preference_loss
 from rl.models.sharding import Rules, constrain
 from rl.models.transformer import Transformer
@@ -135,17 +136,22 @@ def forward_logprobs(
     temp: float,
     positions: jax.Array | None = None,
     segment_ids: jax.Array | None = None,
+    logits_chunk_mib: int = 0,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-token ``(logprobs, entropy)`` ``[B, T]`` aligned with ``tokens`` as targets (column 0 is 0).
 
     With packed rows (``segment_ids``), the first token of each segment is "predicted" by the
     previous segment's last token: its loss mask is 0 (see :func:`rl.learning.batch.pack`).
+    ``logits_chunk_mib``: the LM head runs over chunks of positions whose float32 logits take
+    at most this many MiB per device (:func:`rl.learning.lm_head.token_logprobs`; 0: all at once).
     """
     model: Transformer = nnx.merge(graphdef, params, rest)
     if positions is None:
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-    logits, _ = model(tokens, positions, input_mask, segment_ids=segment_ids)
-    logp, entropy = token_logprobs_and_entropy(logits[:, :-1], tokens[:, 1:], temp)
+    hidden, _ = model.hidden_states(tokens, positions, input_mask, segment_ids=segment_ids)
+    tied = model.config.tie_embeddings
+    head = (model.embed if tied else model.lm_head)[...].astype(model.config.compute_dtype)
+    logp, entropy = token_logprobs(hidden[:, :-1], head, tokens[:, 1:], temp, logits_chunk_mib, model.rules, tied)
     pad = jnp.zeros((tokens.shape[0], 1), jnp.float32)
     return jnp.concatenate([pad, logp], axis=1), jnp.concatenate([pad, entropy], axis=1)
 
@@ -191,21 +197,19 @@ def build_train_step(
     policy_loss = POLICY_LOSSES[cfg.name]
     agg_metrics = {"policy": ("loss", "pg_loss", "kl_ref"), "preference": PREFERENCE_METRICS}.get(objective, ())
 
+    def inputs(mb: TrainBatch) -> tuple:  # forward_logprobs' arguments after the weights
+        temp, chunk = config.temperature, config.logits_chunk_mib
+        return mb.tokens, mb.input_mask, temp, mb.positions, mb.segment_ids, chunk
+
     def loss_fn(params, rest, ref, mb: TrainBatch, totals):
-        logp, entropy = forward_logprobs(
-            graphdef, params, rest, mb.tokens, mb.input_mask, config.temperature, mb.positions, mb.segment_ids
-        )
+        logp, entropy = forward_logprobs(graphdef, params, rest, *inputs(mb))
         mask = mb.loss_mask
         shares = microbatch_shares(mask, totals, cfg.aggregation if objective == "policy" else "token", mb.segment_ids)
         if objective == "preference":  # a pair's weight sits on its chosen row, the first half
             pairs = mb.weights[: mb.weights.shape[0] // 2].sum()
             shares["agg"] = pairs / jnp.maximum(totals["pairs"], 1e-9)
         if objective in ("policy", "preference") and ref is not None:
-            ref_logp = jax.lax.stop_gradient(
-                forward_logprobs(
-                    ref_graphdef, ref, rest, mb.tokens, mb.input_mask, config.temperature, mb.positions, mb.segment_ids
-                )[0]
-            )
+            ref_logp = jax.lax.stop_gradient(forward_logprobs(ref_graphdef, ref, rest, *inputs(mb))[0])
         else:
             ref_logp = None
         if objective == "preference":
