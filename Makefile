@@ -38,6 +38,8 @@ bench:               ## every benchmark; each prints its ratio against a referen
 	$(PYTHON) benchmarks/scheduler_bench.py
 	$(PYTHON) benchmarks/sampler_bench.py
 	$(PYTHON) benchmarks/rollout_bench.py
+	$(PYTHON) benchmarks/ray_fleet_bench.py
+	$(PYTHON) benchmarks/fleet_sim.py
 	$(PYTHON) benchmarks/results_bench.py
 
 clean:

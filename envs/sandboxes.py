@@ -15,7 +15,7 @@ starting hundreds. There is one warm pool, :class:`sandbox.WarmPool`::
 
 This module is also the one door from ``rl`` to sandboxes: a run builds its
 pool from the names re-exported here (:class:`WarmPool`, :class:`Host`,
-:class:`PoolConfig`), so ``rl`` depends on ``envs`` alone.
+:class:`PoolConfig`, or :class:`RayFleet` over a cluster), so ``rl`` depends on ``envs`` alone.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from sandbox import (
     Job,
     JobResult,
     PoolConfig,
+    RayFleet,
     RetryPolicy,
     Sandbox,
     SandboxInfraError,
@@ -114,6 +115,7 @@ __all__ = [
     "JobResult",
     "LentSandboxes",
     "PoolConfig",
+    "RayFleet",
     "RetryPolicy",
     "SandboxFactory",
     "SandboxInfraError",

@@ -11,6 +11,9 @@ of infrastructure failures only, metrics):
     with Scheduler("bwrap", capacity=2) as sched:  # or Scheduler(WarmPool([...hosts...]))
         results = sched.run([Job(fn, spec=SandboxSpec()) for fn in fns])
 
+Over a Ray cluster, a :class:`RayFleet` (``pip install 'agentrl[ray]'``) stands in for the pool:
+``Scheduler(RayFleet("bwrap", address="auto"))``.
+
 Layout, one layer a line; each imports only from the lines above it:
 
     errors.py               what can go wrong: failures of the machinery apart from what the code did
@@ -21,6 +24,7 @@ Layout, one layer a line; each imports only from the lines above it:
     backends/               the Sandbox / Backend API, the host end of the agent channel, bwrap, Docker
     pool/                   WarmPool over hosts: leasing, reset and probe, upkeep, metrics, exit cleanup
     scheduler/              Scheduler and Job: priorities, timeouts, retries, one result per job
+    fleet/                  RayFleet: a pool's interface over a Ray cluster, one agent per node (optional Ray)
     demo.py dockerd.py      tools run as ``python -m sandbox.<name>`` (images and identity are too)
 
 ``sandbox`` imports nothing from ``rl``, ``envs``, JAX or gymnasium: an eval
@@ -52,6 +56,8 @@ _EXPORTS = {
         "SandboxUsageError",
         "SandboxVanished",
     ),
+    "sandbox.fleet.ray_fleet": ("RayFleet",),
+    "sandbox.fleet.remote": ("RemoteSandbox",),
     "sandbox.images": ("DEFAULT_IMAGE",),
     "sandbox.pool.config": ("PoolConfig",),
     "sandbox.pool.hosts": ("Host",),
@@ -80,6 +86,8 @@ if TYPE_CHECKING:
         SandboxUsageError,
         SandboxVanished,
     )
+    from sandbox.fleet.ray_fleet import RayFleet  # noqa: F401
+    from sandbox.fleet.remote import RemoteSandbox  # noqa: F401
     from sandbox.images import DEFAULT_IMAGE  # noqa: F401
     from sandbox.pool.config import PoolConfig  # noqa: F401
     from sandbox.pool.hosts import Host  # noqa: F401
@@ -135,6 +143,8 @@ __all__ = [
     "PoolConfig",
     "PoolTimeout",
     "PooledSandbox",
+    "RayFleet",
+    "RemoteSandbox",
     "RetryPolicy",
     "Sandbox",
     "SandboxClosed",

@@ -9,7 +9,8 @@ The machinery every domain shares lives here: what a verifier returns and sees
 (:mod:`~envs.verifiers.base`), weighted composition from a config
 (:mod:`~envs.verifiers.compose`), and the process and efficiency verifiers any
 domain can compose with its outcome (:mod:`~envs.verifiers.process`:
-``tool_format``, ``turn_efficiency``, ``code_compiles``). Outcome verifiers
+``tool_format``, ``turn_efficiency``, ``code_compiles``), and ``learned``, whose
+score comes from a judge registered from outside (:mod:`~envs.verifiers.learned`). Outcome verifiers
 belong to their domain package (``math_answer``, ``function_tests``,
 ``hidden_tests``, ``sandbox_state``, ``pipeline_output``: see
 :mod:`envs.domains`); all of them are in :data:`VERIFIERS` once ``envs`` is
@@ -26,12 +27,14 @@ from envs.verifiers.base import (
     register_verifier,
 )
 from envs.verifiers.compose import Part, WeightedVerifier, build_verifier
+from envs.verifiers.learned import LearnedVerifier, register_scorer, unregister_scorer
 from envs.verifiers.process import CodeCompilesVerifier, ToolFormatVerifier, TurnEfficiencyVerifier
 
 __all__ = [
     "ROLES",
     "VERIFIERS",
     "CodeCompilesVerifier",
+    "LearnedVerifier",
     "Part",
     "ToolFormatVerifier",
     "TurnEfficiencyVerifier",
@@ -41,5 +44,7 @@ __all__ = [
     "WeightedVerifier",
     "build_verifier",
     "make_verifier",
+    "register_scorer",
     "register_verifier",
+    "unregister_scorer",
 ]

@@ -23,19 +23,22 @@ from typing import Any
 import jax
 from flax import nnx
 
-from envs.sandboxes import Host, LentSandboxes, PoolConfig, Scheduler, WarmPool
+from envs.sandboxes import Host, LentSandboxes, PoolConfig, RayFleet, Scheduler, WarmPool
 from rl.generation.engine import DecodeEngine, EngineConfig
 from rl.generation.sampler import Sampler, SamplerConfig
 from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rl.learning.learner import Learner
+from rl.learning.reward_learner import RewardLearner
+from rl.learning.reward_model import RewardModel
 from rl.models import Transformer, sharding
 from rl.models.lora import apply_lora
 from rl.run.checkpoint import Checkpointer
 from rl.run.config_file import CONFIG_FILE, differing_fields, read_config
 from rl.run.engine_rollout import EngineRollout
+from rl.run.learned_reward import Judge, install_judge, uninstall_judge
 from rl.run.metrics import MetricsWriter
 from rl.run.rollout import EnvCache, Rollout, make_env_factory
-from rl.run.settings import ConfigError, ModelSettings, Settings
+from rl.run.settings import REWARD_MODEL_PHASE, ConfigError, ModelSettings, Settings
 from rl.run.task_stream import TaskCatalog
 
 log = logging.getLogger(__name__)
@@ -68,11 +71,16 @@ def make_model(model: ModelSettings, seed: int, mesh: jax.sharding.Mesh) -> Tran
     return built
 
 
-def make_pool(settings: Settings) -> WarmPool:
-    """The warm sandbox pool every environment of the run takes its sandboxes from."""
+def make_pool(settings: Settings) -> WarmPool | RayFleet:
+    """The warm sandbox pool every environment of the run takes its sandboxes from: a
+    :class:`WarmPool` here (or over ``sandbox.hosts``), or with ``sandbox.fleet="ray"`` a
+    :class:`RayFleet` with the same interface, whose agents run a pool on each node of the cluster."""
     s = settings.sandbox
     episodes = settings.loop.tasks_per_step * settings.rollout.group_size
     cores = os.cpu_count() or 2
+    if s.fleet == "ray":  # per node: its own cores unless set (the rollout's episodes spread over nodes)
+        cap, most = s.capacity or None, s.max_sandboxes or None
+        return RayFleet(s.backend, address=s.address, hosts=s.hosts, capacity=cap, max_sandboxes=most)
     # Stateful domains hold a sandbox for a whole episode, so a rollout needs one per episode in
     # flight; stateless ones (hold_sandbox=False) only one per concurrent tool call.
     capacity = s.capacity or max(cores, min(episodes, 64))
@@ -120,22 +128,27 @@ class Experiment:
     model: Transformer
     tokenizer: Tokenizer
     sampler: Sampler
-    pool: WarmPool
+    pool: WarmPool | RayFleet
     scheduler: Scheduler
     rollout: Rollout
     checkpointer: Checkpointer
     metrics: MetricsWriter
+    judge: Judge | None = None  # the learned reward's judge (config.learned_reward), registered for the verifiers
 
-    def learner(self, phase: str) -> Learner:
+    def learner(self, phase: str) -> Learner | RewardLearner:
         """A fresh learner of ``phase`` (``"sft"`` or ``"rl"``) on the shared model: RL starts with
-        a fresh optimizer (and, with KL on, the post-SFT policy as its reference)."""
+        a fresh optimizer (and, with KL on, the post-SFT policy as its reference). A reward-model
+        run's learner trains the model as the backbone of a fresh scalar head."""
         if phase not in self.settings.learners:
             raise ValueError(
                 f"learner(phase=): this run has no {phase!r} steps; phases: {list(self.settings.learners)}"
             )
+        if phase == REWARD_MODEL_PHASE:
+            return RewardLearner(RewardModel(self.model), self.mesh, self.settings.learners[phase])
         return Learner(self.model, self.mesh, self.settings.learners[phase])
 
     def close(self) -> None:
+        uninstall_judge(self.judge)
         self.rollout.close()
         self.scheduler.close(cancel=True)
         self.pool.close()
@@ -146,11 +159,13 @@ class Experiment:
 def check_workdir(settings: Settings, workdir: Path) -> None:
     """Refuses a workdir whose ``config.json`` holds another experiment, naming the fields that differ.
 
-    ``loop.steps`` may change: that extends (or shortens) the same run.
+    ``loop.steps`` may change: that extends (or shortens) the same run; so may where its sandboxes run.
     """
     if not (workdir / CONFIG_FILE).exists():
         return
-    differ = differing_fields(read_config(workdir), settings.config, ignore=("loop.steps",))
+    # Where the sandboxes run (fleet, cluster address) changes no result: a run may move to a cluster.
+    ignore = ("loop.steps", "sandbox.fleet", "sandbox.address")
+    differ = differing_fields(read_config(workdir), settings.config, ignore=ignore)
     if differ:
         shown = "; ".join(f"{field}: {old!r} -> {new!r}" for field, old, new in differ[:5])
         more = f" (and {len(differ) - 5} more)" if len(differ) > 5 else ""
@@ -180,6 +195,7 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
             f"config.model: the tokenizer has {tokenizer.vocab_size} ids but the model only "
             f"{model.config.vocab_size}; use the model's own tokenizer (config.model.tokenizer)"
         )
+    judge = install_judge(settings, mesh)  # before any environment: the 'learned' verifier parts use it
     sampler = Sampler(model, tokenizer, mesh, SamplerConfig(batch_buckets=SAMPLER_BATCH_BUCKETS))
     pool = make_pool(settings)
     scheduler = Scheduler(pool, log_interval_s=None)
@@ -203,6 +219,7 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
     except BaseException:
         scheduler.close(cancel=True)
         pool.close()
+        uninstall_judge(judge)
         raise
     exp = Experiment(
         settings=settings,
@@ -217,6 +234,7 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
         rollout=rollout,
         checkpointer=checkpointer,
         metrics=MetricsWriter(workdir, enabled=record and is_main),
+        judge=judge,
     )
     if record and is_main:
         (workdir / CONFIG_FILE).write_text(settings.config_json())

@@ -34,12 +34,17 @@ from rl.learning.sft import is_sft_source, sft_sources
 from rl.models import ModelConfig, get_model_config
 from rl.models.lora import LoRAConfig
 from rl.models.sharding import MESH_AXES, resolve_mesh_shape
+from rl.run.learned_reward import LearnedRewardSettings, parse_learned_reward
 from rl.run.preference_phase import MINED, PreferenceSettings
+from rl.run.reward_model_phase import RewardModelSettings, parse_reward_model
 from rl.run.rollout import RolloutConfig
 from rl.run.task_stream import TaskCatalog
 
 PHASES = ("sft", "preference", "rl")  # a run's stages: optional SFT warm start, optional preference phase, RL
+# A reward-model run (config.reward_model, rl.run.reward_model_phase) has this one phase and no other.
+REWARD_MODEL_PHASE = "reward_model"
 BACKENDS = ("bwrap", "docker")
+FLEETS = ("local", "ray")  # config.sandbox.fleet: one machine (or Docker URLs), or a Ray cluster
 
 
 class ConfigError(ValueError):
@@ -78,6 +83,10 @@ class SandboxSettings:
     hosts: tuple[str, ...]
     capacity: int
     max_sandboxes: int
+    # "local": a WarmPool over `hosts`; "ray": an agent per node of a Ray cluster, each over `hosts` as
+    # seen from its node (its own unix socket) or `backend` alone.
+    fleet: str = "local"
+    address: str = "auto"  # the Ray cluster of fleet="ray"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,11 +153,13 @@ class Settings:
     loop: LoopSettings
     learners: Mapping[str, LearnerConfig]  # one per phase that has steps
     config: Mapping[str, Any]
+    reward_model: RewardModelSettings = dataclasses.field(default_factory=RewardModelSettings)  # steps > 0: RM run
+    learned_reward: LearnedRewardSettings | None = None  # the judge of the verifiers' 'learned' parts
 
     @property
     def total_steps(self) -> int:
         """SFT steps ``1..S``, preference steps ``S+1..S+P``, then RL steps: numbered across phases."""
-        return self.sft.steps + self.preference.steps + self.loop.steps
+        return self.reward_model.steps + self.sft.steps + self.preference.steps + self.loop.steps
 
     @property
     def rl_start(self) -> int:
@@ -156,7 +167,9 @@ class Settings:
         return self.sft.steps + self.preference.steps
 
     def phase_at(self, step: int) -> str:
-        """The phase step ``step`` belongs to: ``"sft"``, ``"preference"`` or ``"rl"``."""
+        """The phase step ``step`` belongs to: ``"sft"``, ``"preference"`` or ``"rl"`` (or ``"reward_model"``)."""
+        if self.reward_model.steps:
+            return REWARD_MODEL_PHASE
         if step <= self.sft.steps:
             return "sft"
         return "preference" if step <= self.rl_start else "rl"
@@ -220,7 +233,7 @@ def _renamed(exc: Exception, prefix: str, where: str) -> ConfigError:
 # -- sections -------------------------------------------------------------------------------------
 _TOP = (
     *("seed", "model", "mesh", "tasks", "sandbox", "algorithm", "optimizer", "rollout", "sft", "preference"),
-    *("eval", "loop"),
+    *("eval", "loop", "reward_model", "learned_reward"),
 )
 _OPTIMIZER = (
     *("learning_rate", "warmup_steps", "weight_decay", "grad_clip_norm", "microbatches"),
@@ -379,10 +392,14 @@ def _loop(node: Any) -> LoopSettings:
 
 
 def _sandbox(node: Any) -> SandboxSettings:
-    sandbox = _fields(node, "sandbox", _names(SandboxSettings))
+    sandbox = _fields(node, "sandbox", _names(SandboxSettings), optional=("fleet", "address"))
     _need(sandbox["backend"] in BACKENDS, "sandbox.backend", f"one of {BACKENDS}", sandbox["backend"])
     hosts = sandbox["hosts"]
     _need(isinstance(hosts, list) and all(isinstance(h, str) for h in hosts), "sandbox.hosts", "daemon URLs", hosts)
+    fleet = sandbox.setdefault("fleet", SandboxSettings.fleet)
+    _need(fleet in FLEETS, "sandbox.fleet", f"one of {FLEETS}", fleet)
+    address = sandbox.setdefault("address", SandboxSettings.address)
+    _need(isinstance(address, str) and bool(address), "sandbox.address", "'auto', 'local' or HOST:PORT", address)
     for key in ("capacity", "max_sandboxes"):
         _int(sandbox[key], f"sandbox.{key}")
     return SandboxSettings(**{**sandbox, "hosts": tuple(hosts)})
@@ -439,7 +456,7 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
     """
     catalog = catalog if catalog is not None else TaskCatalog()
     raw = config.to_json_best_effort() if isinstance(config, mlc.ConfigDict) else json.dumps(config)
-    c = _fields(json.loads(raw), "", _TOP, optional=("preference",))
+    c = _fields(json.loads(raw), "", _TOP, optional=("preference", "reward_model", "learned_reward"))
     _need(isinstance(c["seed"], int) and not isinstance(c["seed"], bool), "seed", "an int", c["seed"])
     model, loop, sandbox = _model(c["model"]), _loop(c["loop"]), _sandbox(c["sandbox"])
     shape = _fields(c["mesh"], "mesh", ("shape",))["shape"]
@@ -469,6 +486,17 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
             "preference", optimizer, "preference", c["preference"], preference.steps, algorithm.loss, trainable,
             preference=preference_loss,
         )  # fmt: skip
+    reward_model = parse_reward_model(c.get("reward_model"))
+    if reward_model.steps:
+        others = {"sft.steps": sft.steps, "preference.steps": preference.steps, "loop.steps": loop.steps}
+        why = "0 in a reward-model run (it trains the judge only: its backbone is the run's model)"
+        for field, steps in others.items():
+            _need(steps == 0, field, why, steps)
+        learners[REWARD_MODEL_PHASE] = _learner(
+            REWARD_MODEL_PHASE, optimizer, "reward_model", dataclasses.asdict(reward_model), reward_model.steps,
+            algorithm.loss, trainable,
+        )  # fmt: skip
+    learned_reward = parse_learned_reward(c.get("learned_reward"), rollout.env_kwargs)
     tasks = _pools(c["tasks"], "tasks", catalog)
     _need(bool(tasks) or not training, "tasks", "at least one task pool when loop.steps > 0", c["tasks"])
     return Settings(
@@ -485,4 +513,6 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
         loop=loop,
         learners=types.MappingProxyType(learners),
         config=types.MappingProxyType(json.loads(raw)),
+        reward_model=reward_model,
+        learned_reward=learned_reward,
     )

@@ -28,9 +28,11 @@ from rl.run import trajectory
 from rl.run.episodes import assign_advantages, rollout_metrics, train_batch
 from rl.run.evaluation import Evaluator, held_out_tasks
 from rl.run.experiment import Experiment
+from rl.run.learned_reward import judge_metrics
 from rl.run.preference_phase import PreferencePhase
 from rl.run.preflight import CircuitBreaker, preflight
 from rl.run.producer import Produced, RolloutProducer
+from rl.run.reward_model_phase import RewardModelPhase
 from rl.run.rollout import RolloutResult
 from rl.run.task_stream import task_stream
 
@@ -52,6 +54,7 @@ class Trainer:
         self.sft_steps = s.sft.steps
         self.rl_start = s.rl_start  # the last step before RL
         self.preference = PreferencePhase(exp, s.preference, self.sft_steps + 1) if s.preference.steps else None
+        self.reward_model = RewardModelPhase(exp, s.reward_model) if s.reward_model.steps else None
         self.total = s.total_steps
         self.tasks = iter(task_stream(s.tasks, exp.catalog, seed=s.seed)) if s.tasks else None
         self.evaluator = Evaluator(exp.rollout, s.eval, held_out_tasks(s.eval, exp.catalog))
@@ -167,6 +170,8 @@ class Trainer:
             return self.sft_step()
         if phase == "preference":
             return self.preference_step()
+        if self.reward_model is not None:  # a reward-model run: Bradley-Terry steps only
+            return self.reward_model.step(self.learner, step)
         return self.rl_step(step)
 
     def preference_step(self) -> dict[str, Any]:
@@ -239,6 +244,7 @@ class Trainer:
             produced = self._produce(step)
         tasks, result = produced.tasks, produced.result
         metrics = rollout_metrics(result.episodes)
+        metrics.update(judge_metrics(s, result.episodes))  # a learned reward's mean, and the learned-only flag
         versions = [e.policy_version for e in result.episodes]
         metrics["rollout/staleness"] = float(step - 1 - min(versions)) if versions else 0.0
         metrics.update(
@@ -302,6 +308,7 @@ class Trainer:
             "pending": [p.to_dict() for p in pending],
             "sft_data": self.sft_data.state() if self.sft_data is not None else None,
             "preference_data": self.preference.state() if self.preference is not None else None,
+            "reward_model_data": self.reward_model.state() if self.reward_model is not None else None,
             "evals": self.evals,
         }
         self.exp.checkpointer.save(step, self.learner.state(), _jsonable(extra))
@@ -325,6 +332,8 @@ class Trainer:
             self.sft_data.load_state(extra["sft_data"])
         if self.preference is not None and step < self.rl_start and extra.get("preference_data"):
             self.preference.load_state(extra["preference_data"])
+        if self.reward_model is not None and extra.get("reward_model_data"):
+            self.reward_model.load_state(extra["reward_model_data"])
         self.evals = extra.get("evals", {})
         self.elapsed_before = float(extra.get("elapsed_s", 0.0))
         exp.metrics.truncate_after(step)
@@ -340,6 +349,8 @@ def _postfix(metrics: dict[str, Any]) -> dict[str, str]:
         ("rollout/pass_rate", "pass"),
         ("sft/loss", "sft_loss"),
         ("dpo/loss", "dpo_loss"),
+        ("rm/loss", "rm_loss"),
+        ("rm/heldout_accuracy", "rm_heldout_acc"),
         ("eval/greedy_pass_rate", "eval"),
         ("rollout/anomaly_rate", "anomalies"),
         ("time/step_s", "s/step"),

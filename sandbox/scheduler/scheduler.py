@@ -35,13 +35,15 @@ from sandbox.scheduler.core import JobState, SchedulerCore
 from sandbox.scheduler.jobs import CANCELLED, Batch, Job, JobHandle, JobResult, RetryPolicy
 
 log = logging.getLogger(__name__)
+POOL_API = ("acquire", "release", "abort", "want", "capacity", "host_of", "stats")
 
 
 class Scheduler(SchedulerCore):
     """Runs :class:`Job` s on a :class:`WarmPool`; see the module docstring.
 
     Args:
-      pool: a :class:`WarmPool`, or what one accepts (``"bwrap"``, a daemon URL, hosts): then the
+      pool: a :class:`WarmPool` or a :class:`~sandbox.fleet.ray_fleet.RayFleet` (any object with their
+        interface, ``POOL_API``), or what a WarmPool accepts (``"bwrap"``, a daemon URL, hosts): then the
         scheduler owns the pool and closes it.
       capacity: per-host leases for a pool the scheduler makes.
       retry: retry policy for infrastructure failures.
@@ -86,7 +88,8 @@ class Scheduler(SchedulerCore):
         if not isinstance(max_remembered_keys, int) or max_remembered_keys < 1:
             raise SandboxUsageError(f"max_remembered_keys: expected an int >= 1, got {max_remembered_keys!r}")
         self.max_remembered_keys = max_remembered_keys
-        self._owns_pool = not isinstance(pool, WarmPool)
+        # A WarmPool, or anything with its interface (a RayFleet): used as is, closed by its maker.
+        self._owns_pool = not (isinstance(pool, WarmPool) or all(callable(getattr(pool, m, None)) for m in POOL_API))
         pool = WarmPool(pool, capacity=capacity) if self._owns_pool else pool
         super().__init__(pool, self.retry, self.domain_caps, max_running, abort_grace_s, no_host_timeout_s)
         self._logger = None

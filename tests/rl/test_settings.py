@@ -57,6 +57,8 @@ def _config(**fields):
         ("optimizer__b2", 1.0, r"config\.optimizer\.b2: expected a float in \[0, 1\)"),
         ("sft__learning_rate", 0.0, r"config\.sft\.learning_rate: expected a finite float > 0"),
         ("sandbox__backend", "podman", r"config\.sandbox\.backend"),
+        ("sandbox__fleet", "k8s", r"config\.sandbox\.fleet: expected one of \('local', 'ray'\), got 'k8s'"),
+        ("sandbox__address", "", r"config\.sandbox\.address: expected 'auto', 'local' or HOST:PORT"),
         ("model__preset", "gpt5", r"config\.model\.preset: unknown model preset 'gpt5'"),
         ("model__overrides", {"num_kv_heads": 3}, r"config\.model\.overrides\.num_kv_heads"),
         ("model__path", "/no/such/model", r"config\.model\.path: expected a Hugging Face model directory"),
@@ -151,6 +153,27 @@ def test_shipped_configs_check_their_variants(name):
         ValueError, match=rf"--config=configs/{name}\.py:tset: no variant 'tset'; use configs/{name}\.py:test"
     ):
         module.get_config("tset")
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_shipped_config_runs_on_a_ray_fleet_by_flag(name):
+    """``--config.sandbox.fleet=ray`` (and ``address``) override any shipped config; the default is local."""
+    config = importlib.import_module(f"configs.{name}").get_config("test")
+    assert load_settings(config).sandbox.fleet == "local"
+    config.update_from_flattened_dict({"sandbox.fleet": "ray", "sandbox.address": "10.0.0.1:6379"})
+    sandbox = load_settings(config).sandbox
+    assert (sandbox.fleet, sandbox.address) == ("ray", "10.0.0.1:6379")
+
+
+def test_a_config_from_before_the_fleet_field_still_loads():
+    config = json.loads(quickstart.get_config("test").to_json())
+    del config["sandbox"]["fleet"], config["sandbox"]["address"]
+    assert (load_settings(config).sandbox.fleet, load_settings(config).sandbox.address) == ("local", "auto")
+
+
+def test_a_run_may_resume_on_another_fleet(tmp_path):
+    (tmp_path / "config.json").write_text(load_settings(quickstart.get_config("test")).config_json())
+    check_workdir(load_settings(_config(sandbox__fleet="ray", sandbox__address="local")), tmp_path)
 
 
 def test_a_workdir_is_refused_for_another_experiment_naming_the_fields(tmp_path):

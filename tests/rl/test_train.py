@@ -212,3 +212,27 @@ def test_the_lock_step_rollout_reference_still_trains(run_dir, tmp_path):
     assert [r["sft/loss"] for r in records if r.get("phase") == "sft"] == engine_sft
     episodes = trajectory.read_step(trajectory.step_files(workdir)[0][1])
     assert all(len(e["token_ids"]) == len(e["loss_mask"]) == len(e["logprobs"]) for e in episodes)
+
+
+def test_a_run_on_a_ray_fleet_matches_the_local_pool(run_dir, tmp_path):
+    """``--config.sandbox.fleet=ray`` on a two-node Ray cluster: the episodes' sandboxes come from the
+    nodes' agents, and every metric but timing and the sandbox gauges is the local run's, for the seed."""
+    try:
+        from ray.cluster_utils import Cluster
+    except ImportError:  # CI installs Ray (the test extra): a missing one fails there
+        if os.environ.get("REQUIRE_DOCKER") == "1":
+            raise
+        pytest.skip("ray is not installed (pip install 'agentrl[ray]')")
+    node = {"num_cpus": 1, "object_store_memory": 80 << 20}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    try:
+        cluster.add_node(**node)
+        workdir = tmp_path / "ray"
+        _run(workdir, "--config.sandbox.fleet=ray", f"--config.sandbox.address={cluster.address}")
+    finally:
+        cluster.shutdown()
+    records = read_metrics(workdir)
+    assert without_timing(records) == without_timing(read_metrics(run_dir))
+    # Both nodes were in the rotation, and the episodes' sandboxes came from their agents.
+    leases = {k: v for k, v in records[-1].items() if k.startswith("sandbox/node/") and k.endswith("/leases")}
+    assert records[-1]["sandbox/hosts"] == 2 and len(leases) == 2 and sum(leases.values()) > 0, leases

@@ -25,6 +25,7 @@ LAYERS = (
     ("sandbox.backends",),
     ("sandbox.pool",),
     ("sandbox.scheduler",),
+    ("sandbox.fleet",),
     ("sandbox.demo", "sandbox.dockerd"),
 )
 
