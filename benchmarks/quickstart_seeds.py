@@ -2,9 +2,11 @@
 
     python benchmarks/quickstart_seeds.py                      # seeds 0..4, runs/quickstart_seeds/seed_N
     python benchmarks/quickstart_seeds.py --seeds 0 1 --workdir /tmp/qs -- --config.sft.steps=300
+    python benchmarks/quickstart_seeds.py --jobs 5             # all seeds at once: same figures, slower minutes
 
 Runs ``python -m rl.train --config=configs/quickstart.py`` once per seed, one after the
-other (each in its own process and workdir; flags after ``--`` go to every run), watches
+other or ``--jobs`` at a time (each in its own process and workdir; flags after ``--`` go to
+every run; a run's figures do not depend on its neighbours, only its minutes do), watches
 each run's ``metrics.jsonl`` as it is written, and prints a markdown table: the SFT loss
 over its last 10 steps (below ~0.2 means the copy skill arrived), the held-out greedy pass rate at every
 evaluation (random init, after SFT, each RL evaluation), the final sampled pass@1 and
@@ -16,6 +18,7 @@ included), so a loaded machine inflates them: the machine line carries the load 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import shutil
@@ -119,22 +122,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--workdir", default="runs/quickstart_seeds", help="seed N runs in WORKDIR/seed_N")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (minutes then count shared cores)")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs: expected >= 1, got {args.jobs}")
     base = Path(args.workdir)
     base = base if base.is_absolute() else ROOT / base
     summaries = []
     machine_before = describe_machine()
-    for seed in args.seeds:
-        run = run_seed(seed, base / f"seed_{seed}", extra)
-        summaries.append(summarize(run))
-        s = summaries[-1]
-        hit = "never" if s["to_target_min"] is None else f"{s['to_target_min']:.2f} min"
-        print(
-            f"seed {seed}: exit {run['rc']}, {s['total_min']:.2f} min, greedy >= {TARGET} at {hit} (load {os.getloadavg()[0]:.1f})",
-            flush=True,
-        )
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as workers:
+        futures = [workers.submit(run_seed, seed, base / f"seed_{seed}", extra) for seed in args.seeds]
+        for seed, future in zip(args.seeds, futures, strict=True):
+            run = future.result()
+            summaries.append(summarize(run))
+            s = summaries[-1]
+            hit = "never" if s["to_target_min"] is None else f"{s['to_target_min']:.2f} min"
+            print(
+                f"seed {seed}: exit {run['rc']}, {s['total_min']:.2f} min, greedy >= {TARGET} at {hit} "
+                f"(load {os.getloadavg()[0]:.1f})",
+                flush=True,
+            )
     print()
-    print(f"quickstart seeds{' with ' + ' '.join(extra) if extra else ''}")
+    jobs = f", {args.jobs} at a time" if args.jobs > 1 else ""
+    print(f"quickstart seeds{' with ' + ' '.join(extra) if extra else ''}{jobs}")
     print(f"machine at start: {machine_before}")
     print(f"machine at end:   {describe_machine()}")
     print()

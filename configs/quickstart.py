@@ -27,7 +27,9 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     arg = common.variant(arg, __file__, "test")
     config = common.base(
         seed=0,
-        model=common.model("tiny", num_kv_heads=4),  # 0.46M params; 4 KV heads learn to copy sooner than 2
+        # 0.46M params. 4 KV heads and a wider initialisation than the preset's 0.02 (128**-0.5) make the
+        # copy skill arrive sooner and on more seeds (README: 4 of seeds 0-4 learn, against 1 before).
+        model=common.model("tiny", num_kv_heads=4, initializer_range=0.088),
         tasks={"arithmetic": common.pool("arithmetic:train")},
         sandbox=common.sandbox("bwrap", capacity=4, max_sandboxes=8),
         algorithm=common.grpo(clip_low=0.2, clip_high=0.2),
@@ -43,14 +45,14 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             tool_timeout_s=10.0,
         ),
         sft=common.sft(
-            500,
+            400,
             data="arithmetic",
             batch_size=64,
             learning_rate=6e-3,
             warmup_steps=10,
             options={"num_tasks": 4000, "tool_fraction": 0.4},
         ),
-        eval=common.evaluation({"arithmetic": common.pool("arithmetic:eval")}, every=10, num_tasks=64, k=4),
+        eval=common.evaluation({"arithmetic": common.pool("arithmetic:eval")}, every=5, num_tasks=64, k=4),
         loop=common.loop(steps=20, tasks_per_step=16, checkpoint_every=10, max_len=384),
     )
     if arg == "test":  # a few steps end to end, for tests/rl/test_train.py

@@ -79,6 +79,10 @@ class ModelConfig:
       dtype: compute dtype of activations and the KV cache.
       param_dtype: storage dtype of parameters; ``float32`` params with ``bfloat16`` compute is
         the usual learner setting.
+      initializer_range: standard deviation of the normal initialisation of every weight matrix
+        and the embedding (Hugging Face's name for it), for models trained from scratch. 0.02 suits
+        wide models; a narrow one learns attention patterns sooner with about ``hidden_size**-0.5``
+        (the quickstart's copy skill arrives at SFT step ~100-250 instead of ~150-500+, by seed).
     """
 
     name: str
@@ -98,6 +102,7 @@ class ModelConfig:
     max_position_embeddings: int = 32768
     dtype: str = "float32"
     param_dtype: str = "float32"
+    initializer_range: float = 0.02
 
     def __post_init__(self) -> None:
         _check(self.architecture in ("qwen2", "llama"), "architecture", "'qwen2' or 'llama'", self.architecture)
@@ -127,6 +132,12 @@ class ModelConfig:
             "rope_scaling",
             "None or a RopeScaling",
             self.rope_scaling,
+        )
+        _check(
+            isinstance(self.initializer_range, float) and 0 < self.initializer_range < 1,
+            "initializer_range",
+            "a float in (0, 1)",
+            self.initializer_range,
         )
         _check(self.dtype in _DTYPES, "dtype", f"one of {sorted(_DTYPES)}", self.dtype)
         _check(self.param_dtype in _DTYPES, "param_dtype", f"one of {sorted(_DTYPES)}", self.param_dtype)

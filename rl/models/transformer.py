@@ -29,7 +29,6 @@ from flax import nnx, struct
 from rl.models.config import ModelConfig
 from rl.models.sharding import DEFAULT_RULES, Rules, constrain
 
-_INIT = nnx.initializers.normal(stddev=0.02)
 #: Query rows per block of whole-sequence (training) attention: see ``Attention._attend_blocked``.
 ATTENTION_QUERY_BLOCK = 64
 
@@ -40,6 +39,11 @@ def _query_block(s: int) -> int:
     """
     block = max(d for d in range(1, min(s, ATTENTION_QUERY_BLOCK) + 1) if s % d == 0)
     return block if block >= 16 else s
+
+
+def _init(config: ModelConfig) -> nnx.Initializer:
+    """Weights and embeddings start normal with ``config.initializer_range`` as standard deviation."""
+    return nnx.initializers.normal(stddev=config.initializer_range)
 
 
 def _param(
@@ -168,10 +172,10 @@ class Attention(nnx.Module):
             config.params_dtype,
         )
         self.config = config
-        self.q = _param(rngs, _INIT, (e, h, d), ("embed", "q_heads", "head_dim"), pd)
-        self.k = _param(rngs, _INIT, (e, kv, d), ("embed", "kv_heads", "head_dim"), pd)
-        self.v = _param(rngs, _INIT, (e, kv, d), ("embed", "kv_heads", "head_dim"), pd)
-        self.o = _param(rngs, _INIT, (h, d, e), ("q_heads", "head_dim", "embed"), pd)
+        self.q = _param(rngs, _init(config), (e, h, d), ("embed", "q_heads", "head_dim"), pd)
+        self.k = _param(rngs, _init(config), (e, kv, d), ("embed", "kv_heads", "head_dim"), pd)
+        self.v = _param(rngs, _init(config), (e, kv, d), ("embed", "kv_heads", "head_dim"), pd)
+        self.o = _param(rngs, _init(config), (h, d, e), ("q_heads", "head_dim", "embed"), pd)
         if config.qkv_bias:
             zeros = nnx.initializers.zeros
             self.q_bias = _param(rngs, zeros, (h, d), ("q_heads", "head_dim"), pd)
@@ -326,9 +330,9 @@ class MLP(nnx.Module):
     def __init__(self, config: ModelConfig, rngs: nnx.Rngs | None):
         e, m, pd = config.hidden_size, config.intermediate_size, config.params_dtype
         self.dtype = config.compute_dtype
-        self.gate = _param(rngs, _INIT, (e, m), ("embed", "mlp"), pd)
-        self.up = _param(rngs, _INIT, (e, m), ("embed", "mlp"), pd)
-        self.down = _param(rngs, _INIT, (m, e), ("mlp", "embed"), pd)
+        self.gate = _param(rngs, _init(config), (e, m), ("embed", "mlp"), pd)
+        self.up = _param(rngs, _init(config), (e, m), ("embed", "mlp"), pd)
+        self.down = _param(rngs, _init(config), (m, e), ("mlp", "embed"), pd)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         if self.lora is not None:
@@ -373,11 +377,11 @@ class Transformer(nnx.Module):
         # sharding would try to place them on a mesh at construction time.
         with nnx.use_eager_sharding(False):
             e, v, pd = config.hidden_size, config.vocab_size, config.params_dtype
-            self.embed = _param(rngs, _INIT, (v, e), ("vocab", "embed"), pd)
+            self.embed = _param(rngs, _init(config), (v, e), ("vocab", "embed"), pd)
             self.layers = nnx.List([Block(config, rngs) for _ in range(config.num_layers)])
             self.final_norm = RMSNorm(e, config.rms_norm_eps, pd, rngs)
             if not config.tie_embeddings:
-                self.lm_head = _param(rngs, _INIT, (e, v), ("embed", "vocab"), pd)
+                self.lm_head = _param(rngs, _init(config), (e, v), ("embed", "vocab"), pd)
 
     def hidden_states(
         self,

@@ -107,6 +107,7 @@ class Trainer:
                 metrics.update(result)
                 if step == self.sft_steps:
                     self.evals["after_sft"] = result
+                    _warn_if_nothing_to_learn(result, step, self.total > step)
                 if self.preference is not None and step == self.rl_start:
                     self.evals["after_preference"] = result
                 self.evals["last"] = result
@@ -340,6 +341,19 @@ class Trainer:
         trajectory.truncate_after(exp.workdir, step)
         log.info("resumed from checkpoint %d (%s phase)", step, self.phase)
         return step
+
+
+def _warn_if_nothing_to_learn(result: dict[str, float], step: int, more: bool) -> None:
+    """A warm start after which no held-out episode passes, greedy or sampled, leaves RL no reward to
+    learn from (every group scores 0): say so at once instead of letting the run finish at 0.000."""
+    passing = [v for k, v in result.items() if k == "eval/greedy_pass_rate" or k.startswith("eval/pass@")]
+    if more and passing and max(passing) == 0.0:
+        log.warning(
+            "after SFT (step %d) no held-out episode passed, greedy or sampled: RL gets no reward to learn "
+            "from. Check sft/loss (did the demonstrations' skill arrive?); more SFT steps or another seed "
+            "may be needed.",
+            step,
+        )
 
 
 def _postfix(metrics: dict[str, Any]) -> dict[str, str]:

@@ -54,11 +54,24 @@ def test_config_errors_name_the_field():
         base.replace(dtype="float8")
     with pytest.raises(ValueError, match=r"ModelConfig\.head_dim"):
         base.replace(head_dim=33)
+    with pytest.raises(ValueError, match=r"ModelConfig\.initializer_range"):
+        base.replace(initializer_range=0.0)
     with pytest.raises(ValueError, match=r"RopeScaling\.factor"):
         RopeScaling(factor=0.5)
     with pytest.raises(KeyError, match=r"unknown model preset 'gpt-5'.*tiny"):
         get_model_config("gpt-5")
     assert isinstance(hash(base), int)  # frozen and hashable: usable as a static jit argument
+
+
+def test_initializer_range_sets_the_weights_spread():
+    """Every weight matrix and the embedding start normal with ``initializer_range`` as std."""
+    names = {"embed", "q", "k", "v", "o", "gate", "up", "down"}
+    for std in (0.02, 0.088):
+        model = Transformer(get_model_config("tiny", initializer_range=std), nnx.Rngs(0))
+        weights = [(p, v) for p, v in nnx.to_flat_state(nnx.state(model, nnx.Param)) if p[-1] in names]
+        assert len(weights) == 1 + 2 * 7  # the embedding; q k v o gate up down in each of 2 layers
+        for path, w in weights:
+            assert abs(float(np.std(np.asarray(w[...]))) - std) < 0.1 * std, path
 
 
 def test_make_mesh_resolves_the_rest_and_uses_auto_axes():
