@@ -50,7 +50,8 @@ def our_containers(url: str, owner: str | None = None) -> list[str]:
         found = client.containers(all=True, filters={"label": [LABEL, f"agentrl.owner={owner or owner_tag()}"]})
     finally:
         client.close()
-    return [c["Names"][0].lstrip("/") for c in found]
+    # A container being removed can be listed without a name: its id stands in for it.
+    return [(c.get("Names") or [c["Id"][:12]])[0].lstrip("/") for c in found]
 
 
 def our_cgroups(pid: int | None = None) -> list[Path]:

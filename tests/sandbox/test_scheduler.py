@@ -187,7 +187,7 @@ def test_domain_caps_bound_a_domain_not_the_queue():
             with lock:
                 running[domain] += 1
                 peak[domain] = max(peak[domain], running[domain])
-            sb.exec("sleep 0.2")
+            sb.exec("sleep 1")  # long enough to overlap however slowly sandboxes start
             with lock:
                 running[domain] -= 1
 
