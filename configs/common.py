@@ -243,11 +243,21 @@ def sft(
     learning_rate: float = 1e-3,
     warmup_steps: int = 10,
     options: dict[str, Any] | None = None,
+    check_every: int = 0,
+    check_tasks: int = 32,
+    until_pass_rate: float = 0.0,
+    anneal_steps: int = 0,
 ) -> mlc.ConfigDict:
     """An optional supervised warm start before RL (``steps=0``: none), with its own optimizer schedule.
 
     ``data``: a demonstration source a domain registers (``envs.demonstrations``, e.g. ``"arithmetic"``,
     built with ``options``) or ``"jsonl:PATH"`` (one conversation per line).
+
+    ``check_every > 0`` ends SFT when its skill arrived rather than after ``steps`` (then the cap):
+    the learning rate holds its peak while, every ``check_every`` steps, the policy samples one
+    episode of each of ``check_tasks`` training tasks; at the first check whose pass rate is at
+    least ``until_pass_rate`` the rate decays over ``anneal_steps`` and SFT ends
+    (``rl.run.sft_check``). No passing check: the decay starts ``anneal_steps`` before ``steps``.
     """
     return mlc.ConfigDict(
         {
@@ -257,6 +267,10 @@ def sft(
             "learning_rate": learning_rate,
             "warmup_steps": warmup_steps,
             "options": dict(options or {}),
+            "check_every": check_every,
+            "check_tasks": check_tasks,
+            "until_pass_rate": until_pass_rate,
+            "anneal_steps": anneal_steps,
         }
     )
 

@@ -45,18 +45,23 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             tool_timeout_s=10.0,
         ),
         sft=common.sft(
-            400,
+            600,  # at most: SFT ends 100 steps after its check passes (~100-150 steps in)
             data="arithmetic",
             batch_size=64,
-            learning_rate=6e-3,
+            learning_rate=3e-3,
             warmup_steps=10,
             options={"num_tasks": 4000, "tool_fraction": 0.4},
+            check_every=25,
+            check_tasks=64,
+            until_pass_rate=0.05,
+            anneal_steps=100,
         ),
         eval=common.evaluation({"arithmetic": common.pool("arithmetic:eval")}, every=5, num_tasks=64, k=4),
         loop=common.loop(steps=20, tasks_per_step=16, checkpoint_every=10, max_len=384),
     )
     if arg == "test":  # a few steps end to end, for tests/rl/test_train.py
         config.sft.steps = 4
+        config.sft.check_every = 0  # no check: tests/rl/test_sft_check.py turns it on
         config.sft.warmup_steps = 2  # a warmup must fit in the phase's steps
         config.sft.batch_size = 8
         config.sft.options = {"num_tasks": 64, "tool_fraction": 0.5}

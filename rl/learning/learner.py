@@ -43,7 +43,6 @@ How a step is built, and why:
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import jax
@@ -56,7 +55,7 @@ from rl.learning.batch import TrainBatch
 from rl.learning.learner_config import SPLITTABLE_AGGREGATIONS, LearnerConfig
 from rl.learning.train_step import build_train_step, forward_logprobs, make_optimizer
 from rl.models.lora import LoRAParam, has_lora
-from rl.models.sharding import DEFAULT_RULES, Rules, host_to_sharded, logical_to_spec, state_shardings
+from rl.models.sharding import DEFAULT_RULES, Rules, batch_devices, host_to_sharded, logical_to_spec, state_shardings
 from rl.models.transformer import Transformer
 
 __all__ = ["Learner", "LearnerConfig"]
@@ -128,10 +127,8 @@ class Learner:
         self._step = jax.device_put(jnp.zeros((), jnp.int32), self._replicated)
         # A real copy: the live parameters are donated every step, the reference must survive.
         self._ref = jax.device_put(params, self._param_shardings, may_alias=False) if config.use_reference else None
-        spec = logical_to_spec(("batch",), self.rules)
-        axes = () if not spec or spec[0] is None else (spec[0],) if isinstance(spec[0], str) else tuple(spec[0])
         #: devices a batch is split over (the mesh axes the ``"batch"`` rule names)
-        self.batch_parallelism = math.prod(dict(mesh.shape)[a] for a in axes)
+        self.batch_parallelism = batch_devices(dict(mesh.shape), self.rules)
 
     # -- public API -----------------------------------------------------------------------------
     @property

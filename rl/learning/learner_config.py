@@ -50,6 +50,7 @@ class LearnerConfig:
       warmup_steps: linear warmup steps (step 0 already uses ``learning_rate / warmup_steps``).
       total_steps: the cosine decay reaches ``end_lr_ratio * learning_rate`` at this step.
       end_lr_ratio: final learning rate as a fraction of the peak, in [0, 1].
+      decay_start: the rate holds its peak until this step, then decays (0: right after warmup).
       weight_decay: decoupled AdamW decay, applied to matrices only (see :func:`rl.learning.train_step.decay_mask`).
       b1, b2, eps: AdamW moments' decay rates and denominator epsilon.
       grad_clip_norm: clip the global gradient norm to this; ``None`` disables clipping.
@@ -84,6 +85,7 @@ class LearnerConfig:
     warmup_steps: int = 0
     total_steps: int = 1000
     end_lr_ratio: float = 0.1
+    decay_start: int = 0
     weight_decay: float = 0.0
     b1: float = 0.9
     b2: float = 0.999
@@ -106,6 +108,8 @@ class LearnerConfig:
             _fail("total_steps", "an int >= 1", self.total_steps)
         if not (_is_int(self.warmup_steps) and 0 <= self.warmup_steps <= self.total_steps):
             _fail("warmup_steps", f"an int in [0, total_steps={self.total_steps}]", self.warmup_steps)
+        if not (_is_int(self.decay_start) and 0 <= self.decay_start <= self.total_steps):
+            _fail("decay_start", f"an int in [0, total_steps={self.total_steps}]", self.decay_start)
         if not (_real(self.end_lr_ratio) and 0.0 <= self.end_lr_ratio <= 1.0):
             _fail("end_lr_ratio", "a float in [0, 1]", self.end_lr_ratio)
         if not (_real(self.weight_decay) and self.weight_decay >= 0.0):

@@ -23,7 +23,6 @@ chunk length is sized from the rows each device holds (``jax.set_mesh`` and the 
 
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import jax
@@ -32,7 +31,7 @@ from flax import struct
 from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
 
 from rl.learning.losses import token_logprobs_and_entropy
-from rl.models.sharding import DEFAULT_RULES, Rules, constrain, logical_to_spec
+from rl.models.sharding import DEFAULT_RULES, Rules, batch_devices, constrain
 
 _F32 = jnp.float32
 
@@ -42,10 +41,7 @@ def batch_shards(rows: int, rules: Rules) -> int:
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty:
         return 1
-    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True))
-    spec = logical_to_spec(("batch",), rules, (rows,), sizes)
-    axes = () if not spec or spec[0] is None else (spec[0],) if isinstance(spec[0], str) else spec[0]
-    return math.prod(sizes[a] for a in axes)
+    return batch_devices(dict(zip(mesh.axis_names, mesh.axis_sizes, strict=True)), rules, rows)
 
 
 def chunk_positions(rows: int, seq: int, vocab: int, budget_mib: int, rules: Rules = DEFAULT_RULES) -> int:

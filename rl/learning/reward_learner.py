@@ -16,7 +16,6 @@ the backbone's LoRA adapters and the head (the base weights stay frozen). Of the
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +31,7 @@ from rl.learning.learner_config import LearnerConfig
 from rl.learning.reward_model import RewardModel, bradley_terry_loss, score_sequences
 from rl.learning.train_step import accumulate_gradients, make_optimizer, split_microbatches
 from rl.models.lora import LoRAParam, has_lora
-from rl.models.sharding import DEFAULT_RULES, Rules, host_to_sharded, logical_to_spec, state_shardings
+from rl.models.sharding import DEFAULT_RULES, Rules, batch_devices, host_to_sharded, logical_to_spec, state_shardings
 
 
 class RewardLearner:
@@ -66,10 +65,8 @@ class RewardLearner:
         with jax.set_mesh(mesh):
             self._opt_state = jax.jit(self._tx.init, out_shardings=self._opt_shardings)(params)
         self._step = jax.device_put(jnp.zeros((), jnp.int32), self._replicated)
-        spec = logical_to_spec(("batch",), self.rules)
-        axes = () if not spec or spec[0] is None else (spec[0],) if isinstance(spec[0], str) else tuple(spec[0])
         #: devices a batch is split over (the mesh axes the ``"batch"`` rule names)
-        self.batch_parallelism = math.prod(dict(mesh.shape)[a] for a in axes)
+        self.batch_parallelism = batch_devices(dict(mesh.shape), self.rules)
         spec = logical_to_spec(("batch",), self.rules, (self.batch_parallelism,), dict(mesh.shape))
         self._rows, self._table = NamedSharding(mesh, spec), NamedSharding(mesh, PartitionSpec(*spec, None))
         self._programs: dict[str, Any] = {}

@@ -38,20 +38,25 @@ from rl.models.sharding import Rules, constrain
 from rl.models.transformer import Transformer
 
 
-def lr_schedule(learning_rate: float, warmup_steps: int, total_steps: int, end_lr_ratio: float = 0.0) -> optax.Schedule:
-    """Learning rate at optimizer step ``count`` (0-based): linear warmup, then cosine decay.
+def lr_schedule(
+    learning_rate: float, warmup_steps: int, total_steps: int, end_lr_ratio: float = 0.0, decay_start: int = 0
+) -> optax.Schedule:
+    """Learning rate at optimizer step ``count`` (0-based): linear warmup, a plateau, then cosine decay.
 
-    After warmup the rate follows half a cosine from ``learning_rate`` at step ``warmup_steps``
-    down to ``end_lr_ratio * learning_rate`` at step ``total_steps``, and stays there after.
+    After warmup the rate stays at ``learning_rate`` until step ``max(warmup_steps, decay_start)``,
+    then follows half a cosine down to ``end_lr_ratio * learning_rate`` at step ``total_steps``,
+    and stays there after. ``decay_start=0``: no plateau (warmup-cosine); a later one is the
+    warmup-stable-decay shape an SFT warm start that ends on a check uses (``rl.run.sft_check``).
     """
     peak = float(learning_rate)
     end = peak * float(end_lr_ratio)
-    decay_steps = max(total_steps - warmup_steps, 1)
+    start = max(warmup_steps, decay_start)
+    decay_steps = max(total_steps - start, 1)
 
     def schedule(count: Any) -> jax.Array:
         step = jnp.asarray(count, jnp.float32)
         warm = peak * jnp.minimum(1.0, (step + 1.0) / max(warmup_steps, 1))
-        progress = jnp.clip((step - warmup_steps) / decay_steps, 0.0, 1.0)
+        progress = jnp.clip((step - start) / decay_steps, 0.0, 1.0)
         cosine = end + (peak - end) * 0.5 * (1.0 + jnp.cos(math.pi * progress))
         return jnp.where(step < warmup_steps, warm, cosine)
 
@@ -71,14 +76,14 @@ def make_optimizer(config: Any) -> tuple[optax.GradientTransformation, optax.Sch
     """``(optimizer, schedule)``: global-norm clipping (if ``config.grad_clip_norm``) then AdamW.
 
     ``config`` is anything with the fields of :class:`rl.learning.learner_config.LearnerConfig` that name the
-    optimizer (``learning_rate``, ``warmup_steps``, ``total_steps``, ``end_lr_ratio``,
+    optimizer (``learning_rate``, ``warmup_steps``, ``total_steps``, ``end_lr_ratio``, ``decay_start``,
     ``weight_decay``, ``b1``, ``b2``, ``eps``, ``grad_clip_norm``). The schedule is returned too
     so that the learner reports the exact rate each step used. The optimizer's state mirrors
     the parameter tree (``mu``/``nu`` keep the parameters' ``nnx.Variable`` wrappers and their
     logical-axis metadata), so :func:`rl.models.sharding.state_shardings` shards it like the parameters.
     """
     c = config
-    schedule = lr_schedule(c.learning_rate, c.warmup_steps, c.total_steps, c.end_lr_ratio)
+    schedule = lr_schedule(c.learning_rate, c.warmup_steps, c.total_steps, c.end_lr_ratio, c.decay_start)
     adamw = optax.adamw(schedule, b1=c.b1, b2=c.b2, eps=c.eps, weight_decay=c.weight_decay, mask=decay_mask)
     if c.grad_clip_norm is None:
         return adamw, schedule

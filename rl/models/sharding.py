@@ -162,6 +162,18 @@ def logical_to_spec(
     return PartitionSpec(*spec)
 
 
+def batch_devices(mesh_sizes: Mapping[str, int], rules: Rules = DEFAULT_RULES, rows: int | None = None) -> int:
+    """Devices a batch is split over: the product of the mesh axes the ``"batch"`` rule names.
+
+    With ``rows``, only the axes that a ``rows``-row batch can actually be split over count
+    (:func:`logical_to_spec`'s divisibility rule), i.e. the devices each holding a slice of it.
+    """
+    shape = None if rows is None else (rows,)
+    spec = logical_to_spec(("batch",), rules, shape, dict(mesh_sizes) if rows is not None else None)
+    axes = () if not spec or spec[0] is None else (spec[0],) if isinstance(spec[0], str) else tuple(spec[0])
+    return math.prod(mesh_sizes[a] for a in axes)
+
+
 def named_sharding(mesh: Mesh, logical: Sequence[str | None], shape: Sequence[int], rules: Rules) -> NamedSharding:
     """``NamedSharding`` on ``mesh`` for an array of ``shape`` with ``logical`` dimension names."""
     return NamedSharding(mesh, logical_to_spec(logical, rules, shape, dict(mesh.shape)))

@@ -28,6 +28,7 @@ from rl.generation.engine import DecodeEngine, EngineConfig
 from rl.generation.sampler import Sampler, SamplerConfig
 from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rl.learning.learner import Learner
+from rl.learning.learner_config import LearnerConfig
 from rl.learning.reward_learner import RewardLearner
 from rl.learning.reward_model import RewardModel
 from rl.models import Transformer, sharding
@@ -135,17 +136,19 @@ class Experiment:
     metrics: MetricsWriter
     judge: Judge | None = None  # the learned reward's judge (config.learned_reward), registered for the verifiers
 
-    def learner(self, phase: str) -> Learner | RewardLearner:
+    def learner(self, phase: str, config: LearnerConfig | None = None) -> Learner | RewardLearner:
         """A fresh learner of ``phase`` (``"sft"`` or ``"rl"``) on the shared model: RL starts with
         a fresh optimizer (and, with KL on, the post-SFT policy as its reference). A reward-model
-        run's learner trains the model as the backbone of a fresh scalar head."""
+        run's learner trains the model as the backbone of a fresh scalar head. ``config``: another
+        than the settings' (an SFT warm start whose decay a check started)."""
         if phase not in self.settings.learners:
             raise ValueError(
                 f"learner(phase=): this run has no {phase!r} steps; phases: {list(self.settings.learners)}"
             )
+        config = config or self.settings.learners[phase]
         if phase == REWARD_MODEL_PHASE:
-            return RewardLearner(RewardModel(self.model), self.mesh, self.settings.learners[phase])
-        return Learner(self.model, self.mesh, self.settings.learners[phase])
+            return RewardLearner(RewardModel(self.model), self.mesh, config)
+        return Learner(self.model, self.mesh, config)
 
     def close(self) -> None:
         uninstall_judge(self.judge)

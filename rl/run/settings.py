@@ -102,10 +102,17 @@ class AlgorithmSettings:
 
 @dataclasses.dataclass(frozen=True)
 class SFTSettings:
-    steps: int
+    steps: int  # with check_every > 0: the most SFT steps (rl.run.sft_check)
     data: str
     batch_size: int
     options: Mapping[str, Any]
+    # Ending SFT when the skill arrived: every check_every steps, one sampled episode of each of
+    # check_tasks training tasks; at the first check whose pass rate is >= until_pass_rate the
+    # learning rate decays over anneal_steps and SFT ends (rl.run.sft_check).
+    check_every: int = 0
+    check_tasks: int = 32
+    until_pass_rate: float = 0.0
+    anneal_steps: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,6 +247,12 @@ _OPTIMIZER = (
     *("b1", "b2", "eps", "end_lr_ratio"),
 )
 _SFT = ("steps", "data", "batch_size", "learning_rate", "warmup_steps", "options")
+_SFT_CHECK = (
+    "check_every",
+    "check_tasks",
+    "until_pass_rate",
+    "anneal_steps",
+)  # optional: configs from before the check
 
 
 def _model(node: Any) -> ModelSettings:
@@ -405,14 +418,26 @@ def _sandbox(node: Any) -> SandboxSettings:
     return SandboxSettings(**{**sandbox, "hosts": tuple(hosts)})
 
 
-def _sft(node: Any) -> SFTSettings:
-    sft = _fields(node, "sft", _SFT)
+def _sft(node: Any, has_tasks: bool) -> SFTSettings:
+    sft = _fields(node, "sft", _SFT + _SFT_CHECK, optional=_SFT_CHECK)
     _int(sft["steps"], "sft.steps")
     _int(sft["batch_size"], "sft.batch_size", 1)
     if sft["steps"]:
         known = f"one of {sft_sources()} when sft.steps > 0"
         _need(is_sft_source(sft["data"]), "sft.data", known, sft["data"])
-    return SFTSettings(sft["steps"], sft["data"], sft["batch_size"], types.MappingProxyType(dict(sft["options"])))
+    every = _int(sft.get("check_every", SFTSettings.check_every), "sft.check_every")
+    n = _int(sft.get("check_tasks", SFTSettings.check_tasks), "sft.check_tasks", 1)
+    bar = sft.get("until_pass_rate", SFTSettings.until_pass_rate)
+    anneal = _int(sft.get("anneal_steps", SFTSettings.anneal_steps), "sft.anneal_steps")
+    if every:
+        real = isinstance(bar, (int, float)) and not isinstance(bar, bool)
+        _need(real and 0 < bar <= 1, "sft.until_pass_rate", "a pass rate in (0, 1] when sft.check_every > 0", bar)
+        _need(has_tasks, "sft.check_every", "0 when there are no training tasks (config.tasks) to check with", every)
+        room = sft["steps"] - sft["warmup_steps"]
+        why = f"an int in [1, {room}] when sft.check_every > 0 (the decay fits after warmup, within sft.steps)"
+        _need(1 <= anneal <= room, "sft.anneal_steps", why, anneal)
+    options = types.MappingProxyType(dict(sft["options"]))
+    return SFTSettings(sft["steps"], sft["data"], sft["batch_size"], options, every, n, bar, anneal)
 
 
 def _preference(node: Any) -> tuple[PreferenceSettings, PreferenceConfig | None]:
@@ -471,12 +496,14 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
     _need(packable, "loop.pack_sequences", why, loop.pack_sequences)
     training = loop.steps > 0
     rollout = _rollout(c["rollout"], training, ESTIMATORS[algorithm.advantage].min_valid)
-    sft = _sft(c["sft"])
+    sft = _sft(c["sft"], bool(c["tasks"]))
     optimizer = _fields(c["optimizer"], "optimizer", _OPTIMIZER)
     learners = {}
     trainable = "lora" if model.lora is not None else "all"
     if sft.steps:
         learners["sft"] = _learner("sft", optimizer, "sft", c["sft"], sft.steps, algorithm.loss, trainable)
+        if sft.check_every:  # a plateau until a check passes (or the decay must start to end by sft.steps)
+            learners["sft"] = dataclasses.replace(learners["sft"], decay_start=sft.steps - sft.anneal_steps)
     if training:
         rl_steps = loop.steps * algorithm.epochs
         learners["rl"] = _learner("rl", optimizer, "optimizer", optimizer, rl_steps, algorithm.loss, trainable)

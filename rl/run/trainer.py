@@ -2,7 +2,9 @@
 metrics and checkpoints.
 
 Steps are numbered globally: ``1..S`` are SFT steps, ``S+1..S+P`` preference (DPO/SimPO) steps,
-then the RL steps, so a checkpoint at any step says exactly where a resumed run picks up. A step's
+then the RL steps, so a checkpoint at any step says exactly where a resumed run picks up (an SFT
+phase that a check ends early skips its remaining steps but keeps their numbers: see
+:mod:`rl.run.sft_check`). A step's
 metrics line and trajectories are written *before* its checkpoint; on resume,
 anything written after the restored step is dropped and redone, so a run killed
 with SIGKILL at any point and started again ends with the same parameters and
@@ -34,6 +36,7 @@ from rl.run.preflight import CircuitBreaker, preflight
 from rl.run.producer import Produced, RolloutProducer
 from rl.run.reward_model_phase import RewardModelPhase
 from rl.run.rollout import RolloutResult
+from rl.run.sft_check import SFTCheck, annealing, check_tasks
 from rl.run.task_stream import task_stream
 
 log = logging.getLogger(__name__)
@@ -62,6 +65,8 @@ class Trainer:
         if self.sft_steps:
             convs = load_sft_data(s.sft.data, dict(s.sft.options))
             self.sft_data = SFTData(exp.tokenizer, convs, max_len=s.loop.max_len, seed=s.seed)
+        self.sft_check = SFTCheck(exp.rollout, s, check_tasks(s, exp.catalog)) if s.sft.check_every else None
+        self.sft_decay_from: int | None = None  # the SFT step whose check passed: the decay starts there
         self.learner: Learner | None = None
         self.phase = ""
         # Tasks whose environment failed: (task, times re-queued, first step that may draw it).
@@ -96,6 +101,9 @@ class Trainer:
             init = {"phase": "init", **self.evals["init"], **{f"time/preflight/{d}": s for d, s in checks.items()}}
             exp.metrics.write(0, init)
         for step in range(start + 1, self.total + 1):
+            if self._sft_end() < step < self.sft_steps:
+                bar.update(1)  # SFT ended early: nothing to do until its last step evaluates and saves
+                continue
             t0 = time.perf_counter()
             metrics: dict[str, Any] = {"phase": self._enter_phase(step)}
             if metrics["phase"] == "rl" and self.producer is None and not self.synchronous:
@@ -157,6 +165,19 @@ class Trainer:
         rl_step = step - self.rl_start
         return every > 0 and rl_step > 0 and rl_step % every == 0
 
+    def _sft_end(self) -> int:
+        """The last SFT step that trains (``sft.steps`` unless a check started the decay early)."""
+        return self.sft_check.end(self.sft_decay_from) if self.sft_check is not None else self.sft_steps
+
+    def _start_decay(self, step: int) -> None:
+        """A check passed at ``step``: the same weights and optimizer state go on under a schedule
+        whose decay starts here (a learner with that schedule; the state carries over exactly)."""
+        self.sft_decay_from = step
+        old = self.learner
+        config = annealing(self.exp.settings.learners["sft"], step, self.exp.settings.sft.anneal_steps)
+        self.learner = self.exp.learner("sft", config=config)
+        self.learner.load_state(old.state())
+
     def _enter_phase(self, step: int) -> str:
         """The phase of ``step``; a new phase gets its own learner (see ``Experiment.learner``)."""
         phase = self.exp.settings.phase_at(step)
@@ -168,7 +189,16 @@ class Trainer:
     # -- steps ---------------------------------------------------------------------
     def _phase_step(self, phase: str, step: int) -> dict[str, Any]:
         if phase == "sft":
-            return self.sft_step()
+            if step > self._sft_end():  # the last SFT step of a warm start that ended early
+                return {"sft/ended_at": float(self._sft_end())}
+            metrics = self.sft_step()
+            if self.sft_check is not None and self.sft_decay_from is None and self.sft_check.due(step):
+                t = time.perf_counter()
+                done, checked = self.sft_check.run(step)
+                metrics.update(checked, **{"time/check_s": time.perf_counter() - t})
+                if done:
+                    self._start_decay(step)
+            return metrics
         if phase == "preference":
             return self.preference_step()
         if self.reward_model is not None:  # a reward-model run: Bradley-Terry steps only
@@ -308,6 +338,7 @@ class Trainer:
             **stream,
             "pending": [p.to_dict() for p in pending],
             "sft_data": self.sft_data.state() if self.sft_data is not None else None,
+            "sft_decay_from": self.sft_decay_from,
             "preference_data": self.preference.state() if self.preference is not None else None,
             "reward_model_data": self.reward_model.state() if self.reward_model is not None else None,
             "evals": self.evals,
@@ -336,6 +367,8 @@ class Trainer:
         if self.reward_model is not None and extra.get("reward_model_data"):
             self.reward_model.load_state(extra["reward_model_data"])
         self.evals = extra.get("evals", {})
+        if extra.get("sft_decay_from") is not None and self.phase == "sft":
+            self._start_decay(int(extra["sft_decay_from"]))  # the learner with the decay that had started
         self.elapsed_before = float(extra.get("elapsed_s", 0.0))
         exp.metrics.truncate_after(step)
         trajectory.truncate_after(exp.workdir, step)
@@ -362,6 +395,7 @@ def _postfix(metrics: dict[str, Any]) -> dict[str, str]:
         ("rollout/reward_mean", "reward"),
         ("rollout/pass_rate", "pass"),
         ("sft/loss", "sft_loss"),
+        ("sft/check_pass_rate", "sft_check"),
         ("dpo/loss", "dpo_loss"),
         ("rm/loss", "rm_loss"),
         ("rm/heldout_accuracy", "rm_heldout_acc"),

@@ -35,6 +35,7 @@ from tests.sandbox.conftest import backend_or_skip
 SHORT = (
     "--config.sft.steps=40",
     "--config.sft.warmup_steps=5",
+    "--config.sft.check_every=0",  # 40 fixed SFT steps (tests/rl/test_sft_check.py covers the check)
     "--config.loop.steps=4",
     "--config.loop.tasks_per_step=4",
     "--config.loop.checkpoint_every=1",
