@@ -53,9 +53,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rl.learning.batch import TrainBatch
 from rl.learning.learner_config import SPLITTABLE_AGGREGATIONS, LearnerConfig
-from rl.learning.train_step import build_train_step, forward_logprobs, make_optimizer
+from rl.learning.train_step import build_train_step, forward_logprobs
+from rl.learning.trained_state import TrainedState
 from rl.models.lora import LoRAParam, has_lora
-from rl.models.sharding import DEFAULT_RULES, Rules, batch_devices, host_to_sharded, logical_to_spec, state_shardings
+from rl.models.sharding import DEFAULT_RULES, Rules, host_to_sharded, logical_to_spec
 from rl.models.transformer import Transformer
 
 __all__ = ["Learner", "LearnerConfig"]
@@ -77,7 +78,7 @@ BATCH_FIELDS = {  # field -> (dtype, rank): how the learner places a TrainBatch
 _PROGRAMS: dict[tuple, Any] = {}
 
 
-class Learner:
+class Learner(TrainedState):
     """Trains ``model`` in place on ``mesh``: AdamW state, step counter and (if KL) a reference policy.
 
     Args:
@@ -102,45 +103,23 @@ class Learner:
     def __init__(self, model: Transformer, mesh: Mesh, config: LearnerConfig, rules: Rules = DEFAULT_RULES):
         if not isinstance(config, LearnerConfig):
             raise TypeError(f"Learner(config=): expected a LearnerConfig, got {type(config).__name__}")
-        self.model, self.mesh, self.config, self.rules = model, mesh, config, tuple(rules)
         if config.trainable == "lora" and not has_lora(model):
             raise ValueError(
                 "Learner(model=): LearnerConfig.trainable='lora' needs a model with adapters "
                 "(rl.models.lora.apply_lora); this one has none"
             )
-        #: the Variable type that is trained (and optimized, donated, checkpointed)
-        self._trainable = LoRAParam if config.trainable == "lora" else nnx.Param
-        self._graphdef = nnx.graphdef(model)
         self._dropout = any(isinstance(m, nnx.Dropout) and m.rate > 0 for _, m in nnx.iter_modules(model))
         # The training forward's module: adapter dropout on (the sampler's module keeps it off).
         train_view = nnx.view(model, only=nnx.Dropout, deterministic=False) if self._dropout else model
         self._train_graphdef = nnx.graphdef(train_view)
-        params, rest = nnx.state(model, self._trainable, ...)
-        self._param_shardings = state_shardings(params, mesh, self.rules)
-        self._rest_shardings = state_shardings(rest, mesh, self.rules)
-        self._replicated = NamedSharding(mesh, PartitionSpec())
-        tx, _ = make_optimizer(config)
-        self._opt_shardings = state_shardings(jax.eval_shape(tx.init, params), mesh, self.rules)
-        params = self._params()  # placed in its shardings, and written back into the model
-        with jax.set_mesh(mesh):
-            self._opt_state = jax.jit(tx.init, out_shardings=self._opt_shardings)(params)
-        self._step = jax.device_put(jnp.zeros((), jnp.int32), self._replicated)
+        # What is trained (and optimized, donated, checkpointed): the parameters, or the adapters only.
+        super().__init__(model, mesh, config, rules, LoRAParam if config.trainable == "lora" else nnx.Param)
         # A real copy: the live parameters are donated every step, the reference must survive.
-        self._ref = jax.device_put(params, self._param_shardings, may_alias=False) if config.use_reference else None
-        #: devices a batch is split over (the mesh axes the ``"batch"`` rule names)
-        self.batch_parallelism = batch_devices(dict(mesh.shape), self.rules)
+        self._ref = (
+            jax.device_put(self._params(), self._param_shardings, may_alias=False) if config.use_reference else None
+        )
 
     # -- public API -----------------------------------------------------------------------------
-    @property
-    def batch_multiple(self) -> int:
-        """``B`` of every batch must be a multiple of this (``rl.learning.batch.pack(batch_multiple=...)``)."""
-        return self.batch_parallelism * self.config.microbatches
-
-    @property
-    def step(self) -> int:
-        """Optimizer steps taken so far (restored by :meth:`load_state`)."""
-        return int(jax.device_get(self._step))
-
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """One optimizer step on ``batch`` with the configured objective; returns ``train/...`` metrics.
 
@@ -191,61 +170,17 @@ class Learner:
             raise ValueError("reset_reference: no reference policy (LearnerConfig.loss.kl_coef is 0)")
         self._ref = jax.device_put(self._params(), self._param_shardings, may_alias=False)
 
-    def state(self) -> dict[str, Any]:
-        """Everything a bit-exact resume needs: ``params``, ``opt_state``, ``step`` (+ ``ref_params``).
+    # -- the reference policy is part of the state -----------------------------------------------
+    def _extra_state(self) -> dict[str, Any]:
+        return {"ref_params": self._ref} if self._ref is not None else {}
 
-        The arrays are the live ones: save them before the next step, which donates them.
-        """
-        out = {"params": self._params(), "opt_state": self._opt_state, "step": self._step}
-        if self._ref is not None:
-            out["ref_params"] = self._ref
-        return out
+    def _extra_shardings(self) -> dict[str, Any]:
+        return {"ref_params": self._param_shardings} if self.config.use_reference else {}
 
-    def abstract_state(self) -> dict[str, Any]:
-        """:meth:`state` as ``jax.ShapeDtypeStruct`` with shardings: the target of ``Checkpointer.restore``."""
-        return jax.tree.map(
-            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), self.state(), self._state_shardings()
-        )
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Replaces the training state (e.g. from ``Checkpointer.restore``) and the model's parameters.
-
-        The arrays are copied into this learner's shardings, so the caller's arrays stay valid.
-        """
-        expected = set(self._state_shardings())
-        missing = expected - set(state)
-        if missing:
-            raise ValueError(f"load_state(state=): missing {sorted(missing)} (expected keys {sorted(expected)})")
-        state = {k: state[k] for k in expected}  # a non-KL run ignores a checkpoint's reference
-        target = self.abstract_state()
-        if jax.tree.structure(state) != jax.tree.structure(target):
-            paths = lambda tree: {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)}  # noqa: E731
-            got, want = paths(state), paths(target)
-            raise ValueError(
-                "load_state(state=): the tree differs from this learner's (another model or optimizer?); "
-                f"missing {sorted(want - got)[:5]}, unexpected {sorted(got - want)[:5]}"
-            )
-        placed = jax.device_put(state, self._state_shardings(), may_alias=False)
-        nnx.update(self.model, placed["params"])
-        self._opt_state, self._step = placed["opt_state"], placed["step"]
+    def _load_extra_state(self, placed: dict[str, Any]) -> None:
         self._ref = placed.get("ref_params")
 
     # -- internals ------------------------------------------------------------------------------
-    def _state_shardings(self) -> dict[str, Any]:
-        out = {"params": self._param_shardings, "opt_state": self._opt_shardings, "step": self._replicated}
-        if self.config.use_reference:
-            out["ref_params"] = self._param_shardings
-        return out
-
-    def _params(self) -> Any:
-        """The model's parameters, moved into the learner's shardings (and back into the model) if needed."""
-        params = nnx.state(self.model, self._trainable)
-        placed = jax.tree.map(lambda x, s: x.sharding == s, params, self._param_shardings)
-        if not all(jax.tree.leaves(placed)):
-            params = jax.device_put(params, self._param_shardings)
-            nnx.update(self.model, params)
-        return params
-
     def _batch_shardings(self) -> tuple[NamedSharding, ...]:
         spec = logical_to_spec(("batch",), self.rules, (self.batch_parallelism,), dict(self.mesh.shape))
         row = NamedSharding(self.mesh, spec)

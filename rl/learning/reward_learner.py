@@ -29,12 +29,13 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from rl.learning.batch import TrainBatch
 from rl.learning.learner_config import LearnerConfig
 from rl.learning.reward_model import RewardModel, bradley_terry_loss, score_sequences
-from rl.learning.train_step import accumulate_gradients, make_optimizer, split_microbatches
+from rl.learning.train_step import accumulate_gradients, split_microbatches
+from rl.learning.trained_state import TrainedState
 from rl.models.lora import LoRAParam, has_lora
-from rl.models.sharding import DEFAULT_RULES, Rules, batch_devices, host_to_sharded, logical_to_spec, state_shardings
+from rl.models.sharding import DEFAULT_RULES, Rules, host_to_sharded, logical_to_spec
 
 
-class RewardLearner:
+class RewardLearner(TrainedState):
     """Trains ``model`` in place on ``mesh`` (see the module docstring).
 
     Args:
@@ -52,33 +53,12 @@ class RewardLearner:
         lora = config.trainable == "lora"
         if lora and not has_lora(model.backbone):
             raise ValueError("RewardLearner(model=): LearnerConfig.trainable='lora' needs a backbone with adapters")
-        self.model, self.mesh, self.config, self.rules = model, mesh, config, tuple(rules)
-        self._trainable = nnx.Any(LoRAParam, nnx.All(nnx.Param, nnx.PathContains("head"))) if lora else nnx.Param
-        self._graphdef = nnx.graphdef(model)
-        params, rest = nnx.state(model, self._trainable, ...)
-        self._param_shardings = state_shardings(params, mesh, self.rules)
-        self._rest_shardings = state_shardings(rest, mesh, self.rules)
-        self._replicated = NamedSharding(mesh, PartitionSpec())
-        self._tx, self._schedule = make_optimizer(config)
-        self._opt_shardings = state_shardings(jax.eval_shape(self._tx.init, params), mesh, self.rules)
-        params = self._params()
-        with jax.set_mesh(mesh):
-            self._opt_state = jax.jit(self._tx.init, out_shardings=self._opt_shardings)(params)
-        self._step = jax.device_put(jnp.zeros((), jnp.int32), self._replicated)
-        #: devices a batch is split over (the mesh axes the ``"batch"`` rule names)
-        self.batch_parallelism = batch_devices(dict(mesh.shape), self.rules)
+        # Trained: everything, or the backbone's adapters and the head.
+        trainable = nnx.Any(LoRAParam, nnx.All(nnx.Param, nnx.PathContains("head"))) if lora else nnx.Param
+        super().__init__(model, mesh, config, rules, trainable)
         spec = logical_to_spec(("batch",), self.rules, (self.batch_parallelism,), dict(mesh.shape))
         self._rows, self._table = NamedSharding(mesh, spec), NamedSharding(mesh, PartitionSpec(*spec, None))
         self._programs: dict[str, Any] = {}
-
-    @property
-    def batch_multiple(self) -> int:
-        """Rows of a batch must be a multiple of this; pass it as ``pair_batch(pair_multiple=...)``."""
-        return self.batch_parallelism * self.config.microbatches
-
-    @property
-    def step(self) -> int:
-        return int(jax.device_get(self._step))
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """One AdamW step of the Bradley-Terry loss on a :func:`~rl.learning.preference.pair_batch`.
@@ -122,37 +102,7 @@ class RewardLearner:
 
         return score_sequences(apply, seqs, pad_id=pad_id, max_len=max_len, row_multiple=self.batch_parallelism)
 
-    def state(self) -> dict[str, Any]:
-        """``params``, ``opt_state`` and ``step``: the live arrays (save them before the next step)."""
-        return {"params": self._params(), "opt_state": self._opt_state, "step": self._step}
-
-    def abstract_state(self) -> dict[str, Any]:
-        """:meth:`state` as ``jax.ShapeDtypeStruct`` with shardings: the target of ``Checkpointer.restore``."""
-        return jax.tree.map(
-            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), self.state(), self._state_shardings()
-        )
-
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Replaces the training state (from ``Checkpointer.restore``) and the model's parameters."""
-        if set(state) != {"params", "opt_state", "step"}:
-            raise ValueError(f"RewardLearner.load_state(state=): expected params, opt_state, step; got {sorted(state)}")
-        if jax.tree.structure(state) != jax.tree.structure(self.abstract_state()):
-            raise ValueError("RewardLearner.load_state(state=): the tree differs from this learner's (another model?)")
-        placed = jax.device_put(state, self._state_shardings(), may_alias=False)
-        nnx.update(self.model, placed["params"])
-        self._opt_state, self._step = placed["opt_state"], placed["step"]
-
     # -- internals ------------------------------------------------------------------------------
-    def _state_shardings(self) -> dict[str, Any]:
-        return {"params": self._param_shardings, "opt_state": self._opt_shardings, "step": self._replicated}
-
-    def _params(self) -> Any:
-        params = nnx.state(self.model, self._trainable)
-        if not all(jax.tree.leaves(jax.tree.map(lambda x, s: x.sharding == s, params, self._param_shardings))):
-            params = jax.device_put(params, self._param_shardings)
-            nnx.update(self.model, params)
-        return params
-
     def _place(self, value: Any, dtype: Any) -> jax.Array:
         array = np.asarray(value, dtype)
         return host_to_sharded(array, self._table if array.ndim == 2 else self._rows)
