@@ -79,10 +79,12 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
     evals = [r for r in rows if "eval/greedy_pass_rate" in r]
     hit = next((r for r in evals if r["eval/greedy_pass_rate"] >= TARGET), None)
     last = evals[-1] if evals else {}
+    ended = next((r["sft/ended_at"] for r in rows if "sft/ended_at" in r), None)  # a check ended SFT early
     return {
         "seed": run["seed"],
         "rc": run["rc"],
         "sft_loss": sum(r["sft/loss"] for r in sft[-10:]) / len(sft[-10:]) if sft else None,
+        "sft_steps": int(ended) if ended is not None else len(sft),
         "greedy": [(r["step"], r["eval/greedy_pass_rate"]) for r in evals],
         "pass1": last.get("eval/pass@1"),
         "pass4": last.get("eval/pass@4"),
@@ -98,16 +100,16 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 
 def table(summaries: list[dict[str, Any]]) -> str:
     lines = [
-        "| seed | SFT loss (last 10 steps) | greedy: init → after SFT → evals (step) | pass@1 final | pass@4 final "
-        f"| min to greedy ≥ {TARGET} (step) | total min |",
-        "|---:|---:|---|---:|---:|---:|---:|",
+        "| seed | SFT steps | SFT loss (last 10 steps) | greedy: init → after SFT → evals (step) | pass@1 final "
+        f"| pass@4 final | min to greedy ≥ {TARGET} (step) | total min |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for s in summaries:
         greedy = " → ".join(f"{g:.3f}" + (f" ({step})" if i >= 2 else "") for i, (step, g) in enumerate(s["greedy"]))
         hit = f"{s['to_target_min']:.2f} ({s['to_target_step']})" if s["to_target_min"] is not None else "never"
         rc = "" if s["rc"] == 0 else f" (exit {s['rc']})"
         lines.append(
-            f"| {s['seed']}{rc} | {_fmt(s['sft_loss'])} | {greedy} | {_fmt(s['pass1'])} | {_fmt(s['pass4'])} "
+            f"| {s['seed']}{rc} | {s['sft_steps']} | {_fmt(s['sft_loss'])} | {greedy} | {_fmt(s['pass1'])} | {_fmt(s['pass4'])} "
             f"| {hit} | {s['total_min']:.2f} |"
         )
     return "\n".join(lines)
