@@ -11,7 +11,7 @@ choice from each pool, in proportion to the pools' weights.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -19,21 +19,27 @@ from envs import Task
 from rl.run import trajectory
 from rl.run.episodes import pass_at_k, rollout_metrics
 from rl.run.rollout import Rollout
-from rl.run.settings import EvalSettings
+from rl.run.settings import EvalSettings, PoolSettings
 from rl.run.task_stream import TaskCatalog
 
 _TASK_CHOICE_SEED = 7  # the held-out tasks of a run never depend on its seed
 
 
 def held_out_tasks(settings: EvalSettings, catalog: TaskCatalog) -> list[Task]:
-    """About ``num_tasks`` tasks over the eval pools by weight (at least one per pool), in pool order."""
-    if not settings.pools:
+    """About ``eval.num_tasks`` tasks over the eval pools by weight (at least one per pool), in pool order."""
+    return fixed_choice(settings.pools, int(settings.num_tasks), catalog)
+
+
+def fixed_choice(pools: Mapping[str, PoolSettings], num_tasks: int, catalog: TaskCatalog) -> list[Task]:
+    """About ``num_tasks`` tasks over ``pools`` by weight (at least one per pool), in pool order; the
+    same on every call, whatever the run's seed."""
+    if not pools:
         return []
-    total_weight = sum(float(p.weight) for p in settings.pools.values())
+    total_weight = sum(float(p.weight) for p in pools.values())
     out: list[Task] = []
-    for _, pool in sorted(settings.pools.items()):
+    for _, pool in sorted(pools.items()):
         tasks = list(catalog.pool(pool))
-        n = max(1, round(int(settings.num_tasks) * float(pool.weight) / total_weight))
+        n = max(1, round(num_tasks * float(pool.weight) / total_weight))
         order = np.random.default_rng(_TASK_CHOICE_SEED).permutation(len(tasks))[:n]
         out += [tasks[i] for i in sorted(order)]
     return out

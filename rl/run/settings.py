@@ -247,12 +247,8 @@ _OPTIMIZER = (
     *("b1", "b2", "eps", "end_lr_ratio"),
 )
 _SFT = ("steps", "data", "batch_size", "learning_rate", "warmup_steps", "options")
-_SFT_CHECK = (
-    "check_every",
-    "check_tasks",
-    "until_pass_rate",
-    "anneal_steps",
-)  # optional: configs from before the check
+# Optional: configs from before the check have none of them (no check).
+_SFT_CHECK = ("check_every", "check_tasks", "until_pass_rate", "anneal_steps")
 
 
 def _model(node: Any) -> ModelSettings:

@@ -28,9 +28,9 @@ import logging
 from envs import Task
 from rl.learning.learner_config import LearnerConfig
 from rl.run.episodes import rollout_metrics
-from rl.run.evaluation import held_out_tasks
+from rl.run.evaluation import fixed_choice
 from rl.run.rollout import Rollout
-from rl.run.settings import EvalSettings, Settings
+from rl.run.settings import Settings
 from rl.run.task_stream import TaskCatalog
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,7 @@ log = logging.getLogger(__name__)
 
 def check_tasks(settings: Settings, catalog: TaskCatalog) -> list[Task]:
     """``sft.check_tasks`` tasks over the training pools by weight, the same on every call."""
-    choice = EvalSettings(
-        pools=settings.tasks, every=0, num_tasks=settings.sft.check_tasks, k=1, temperature=1.0
-    )  # only pools and num_tasks matter to the choice
-    return held_out_tasks(choice, catalog)
+    return fixed_choice(settings.tasks, settings.sft.check_tasks, catalog)
 
 
 class SFTCheck:
@@ -54,20 +51,16 @@ class SFTCheck:
     """
 
     def __init__(self, rollout: Rollout, settings: Settings, tasks: list[Task]):
-        if not tasks:
-            raise ValueError("SFTCheck(tasks=): expected training tasks to check with (config.tasks)")
+        if not tasks or settings.sft.check_every < 1:
+            raise ValueError("SFTCheck: expected sft.check_every >= 1 and training tasks to check with (config.tasks)")
         self.rollout, self.tasks = rollout, tasks
         sft = settings.sft
-        self.every, self.anneal, self.cap, self.threshold = (
-            sft.check_every,
-            sft.anneal_steps,
-            sft.steps,
-            sft.until_pass_rate,
-        )
+        self.every, self.anneal = sft.check_every, sft.anneal_steps
+        self.cap, self.threshold = sft.steps, sft.until_pass_rate
 
     def due(self, step: int) -> bool:
         """Checks fall every ``check_every`` steps, while the decay has not started by the schedule."""
-        return self.every > 0 and step % self.every == 0 and step < self.cap - self.anneal
+        return step % self.every == 0 and step < self.cap - self.anneal
 
     def end(self, decay_from: int | None) -> int:
         """The last SFT step that trains: ``anneal_steps`` after the passing check, or the cap."""
