@@ -143,33 +143,58 @@ def main(argv: list[str]) -> int:
     logging.getLogger().setLevel(logging.INFO)
     for noisy in ("absl", "jax._src", "orbax", "sandbox.pool", "math_verify", "tensorboardX"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from rl.run.distributed import maybe_initialize_distributed
+    from rl.run.distributed import ProcessGroup, maybe_initialize_distributed
+    from rl.run.job_guard import JobGuard
 
     maybe_initialize_distributed()
+    guard = JobGuard(ProcessGroup.current()).install()
+    code = train(guard)
+    if code:
+        guard.exit_now(code)  # a failed job's processes never wait for each other
+    guard.close()
+    guard.group.finish()
+    return code
+
+
+def train(guard: Any) -> int:
+    """Builds and runs the experiment; the exit status. A failure in any process of a job is
+    reported to the others (rl.run.job_guard), and SIGTERM stops the run where it is."""
     from rl.run.experiment import build
+    from rl.run.job_guard import EXIT_TERMINATED
+    from rl.run.preflight import PreflightError, RunAborted
     from rl.run.settings import ConfigError, load_settings
     from rl.run.task_stream import TaskCatalog
     from rl.run.trainer import Trainer
 
     start = time.perf_counter()
     catalog = TaskCatalog()
+    exp = trainer = None
     try:
         exp = build(load_settings(_CONFIG.value, catalog), _WORKDIR.value, catalog)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return USAGE_ERROR
-    from rl.run.preflight import PreflightError, RunAborted
-
-    trainer = Trainer(exp)
-    try:
+        guard.on_abort(exp.pool.close)
+        trainer = Trainer(exp)
         evals = trainer.run()
-    except (PreflightError, RunAborted) as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return RUN_FAILED
+    except BaseException as exc:  # noqa: BLE001 - every failure gets its message, status, and the peers told
+        message, code = guard.failed(exc)
+        known = isinstance(exc, (ConfigError, PreflightError, RunAborted))
+        if known and not message.startswith("the job stopped"):  # this process's own: its message whole
+            message = str(exc)
+        if isinstance(exc, ConfigError):
+            code = USAGE_ERROR
+        elif code == EXIT_TERMINATED:
+            message += "; the last complete checkpoint stands: run the same command to resume"
+        elif not known and guard.group.count == 1:
+            raise  # a bug or an interrupt on one process: the traceback, as Python prints it
+        elif not known and not message.startswith("the job stopped"):  # this process's own failure
+            logging.getLogger(__name__).error("process %d failed", guard.group.index, exc_info=exc)
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        return code
     finally:
-        exp.close()
+        if exp is not None:
+            exp.close()
     elapsed = getattr(trainer, "elapsed", None) or time.perf_counter() - start  # a resumed run counts all its time
-    print(summarize(evals, _WORKDIR.value, elapsed), flush=True)
+    if exp.is_main:
+        print(summarize(evals, _WORKDIR.value, elapsed), flush=True)
     return 0
 
 

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from flax import nnx
+from jax.experimental import multihost_utils
 
 from rl.learning.batch import DEFAULT_BATCH_BUCKETS, DEFAULT_LENGTH_BUCKETS, round_up
 from rl.learning.preference import Pair
@@ -185,12 +186,18 @@ def save_reward_model(
     """Writes the files of the module docstring; the directory appears whole or not at all."""
     directory = Path(directory).absolute()
     tmp, old = directory.with_name(directory.name + ".tmp"), directory.with_name(directory.name + ".old")
-    for stale in (tmp, old):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    main = jax.process_index() == 0  # a job's processes all save their shards; one writes the files
+    if main:
+        for stale in (tmp, old):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices("agentrl:save_reward_model")
     with ocp.StandardCheckpointer() as ckpt:
         ckpt.save(tmp / PARAMS_DIR, _pure_params(model))
         ckpt.wait_until_finished()
+    if not main:
+        return directory
     (tmp / INFO_FILE).write_text(json.dumps(dataclasses.asdict(info), indent=2, sort_keys=True) + "\n")
     (tmp / HELDOUT_FILE).write_text("".join(json.dumps(p.to_dict()) + "\n" for p in heldout))
     if directory.exists():

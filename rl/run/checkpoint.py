@@ -27,13 +27,14 @@ class Checkpointer:
       workdir: the run directory.
       max_to_keep: how many recent steps to keep on disk.
       every: save every ``every`` steps (``should_save``); the final step is always saved.
+      announce: log each save (the main process of a job; every process writes its shards).
     """
 
-    def __init__(self, workdir: str | os.PathLike, *, max_to_keep: int = 3, every: int = 1):
+    def __init__(self, workdir: str | os.PathLike, *, max_to_keep: int = 3, every: int = 1, announce: bool = True):
         if every < 1:
             raise ValueError(f"checkpoint every: expected >= 1, got {every}")
         self.directory = Path(workdir).absolute() / "checkpoints"
-        self.every = every
+        self.every, self.announce = every, announce
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
@@ -56,7 +57,8 @@ class Checkpointer:
             force=True,
         )
         self._manager.wait_until_finished()
-        log.info("saved checkpoint %d to %s", step, self.directory)
+        if self.announce:
+            log.info("saved checkpoint %d to %s", step, self.directory)
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any]]:
         """Restores ``step`` into the shapes, dtypes and *shardings* of ``abstract_state``.

@@ -30,7 +30,7 @@ import itertools
 import logging
 import queue
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Sequence
 from typing import Any
 
 from envs import AgentEnv, Task
@@ -146,6 +146,7 @@ class EngineRollout(Rollout):
         temperature: float | None = None,
         weights: Any = None,
         policy_version: int | None = None,
+        groups: Collection[int] | None = None,
     ) -> RolloutHandle:
         """Starts a rollout (arguments as :meth:`Rollout.run`) and returns at once: its resets go to
         the scheduler and :meth:`advance` runs it (and every other one in flight) to the end.
@@ -163,7 +164,7 @@ class EngineRollout(Rollout):
                 self.engine.load_weights(key, weights)
         temperature = 0.0 if decoding == "greedy" else self.config.temperature if temperature is None else temperature
         k = group_size or self.config.group_size
-        records = self._new_episodes(tasks, step, k, decoding, policy_version)
+        records = self._new_episodes(tasks, step, k, decoding, policy_version, groups)
         batch = _Batch(
             id=next(self._ids),
             tasks=tasks,

@@ -52,15 +52,16 @@ class Evaluator:
       rollout: runs the episodes (its sampler holds the policy being evaluated).
       settings: ``k`` and the sampling temperature for pass@k.
       tasks: the held-out tasks (:func:`held_out_tasks`).
+      write: write the episodes (False on every process of a job but the main one).
     """
 
-    def __init__(self, rollout: Rollout, settings: EvalSettings, tasks: Sequence[Task]):
-        self.rollout, self.settings, self.tasks = rollout, settings, list(tasks)
+    def __init__(self, rollout: Rollout, settings: EvalSettings, tasks: Sequence[Task], *, write: bool = True):
+        self.rollout, self.settings, self.tasks, self.write = rollout, settings, list(tasks), write
 
     def evaluate(self, step: int, workdir: str | os.PathLike) -> dict[str, float]:
         """Greedy and (with ``k > 0``) sampled episodes of every task; ``eval/...`` metrics.
 
-        The evaluated episodes go to ``<workdir>/trajectories/eval/``, greedy ones first.
+        The evaluated episodes go to ``<workdir>/trajectories/eval/`` (``write``), greedy ones first.
         """
         greedy = self.rollout.run(self.tasks, step=step, group_size=1, decoding="greedy")
         out = {
@@ -75,5 +76,6 @@ class Evaluator:
             out.update({f"eval/{name}": v for name, v in pass_at_k(sampled.episodes).items()})
             out["eval/sampled_anomaly_rate"] = rollout_metrics(sampled.episodes)["rollout/anomaly_rate"]
             episodes = episodes + sampled.episodes
-        trajectory.write_step(workdir, step, episodes, kind="eval", tasks=self.tasks)
+        if self.write:
+            trajectory.write_step(workdir, step, episodes, kind="eval", tasks=self.tasks)
         return out

@@ -35,11 +35,13 @@ from rl.models import Transformer, sharding
 from rl.models.lora import apply_lora
 from rl.run.checkpoint import Checkpointer
 from rl.run.config_file import CONFIG_FILE, differing_fields, read_config
+from rl.run.distributed import ProcessGroup
 from rl.run.engine_rollout import EngineRollout
 from rl.run.learned_reward import Judge, install_judge, uninstall_judge
 from rl.run.metrics import MetricsWriter
 from rl.run.rollout import EnvCache, Rollout, make_env_factory
 from rl.run.settings import REWARD_MODEL_PHASE, ConfigError, ModelSettings, Settings
+from rl.run.split_rollout import LocalReplica, SplitRollout, rollout_mesh_shape
 from rl.run.task_stream import TaskCatalog
 
 log = logging.getLogger(__name__)
@@ -131,10 +133,23 @@ class Experiment:
     sampler: Sampler
     pool: WarmPool | RayFleet
     scheduler: Scheduler
-    rollout: Rollout
+    rollout: Rollout | SplitRollout
     checkpointer: Checkpointer
     metrics: MetricsWriter
     judge: Judge | None = None  # the learned reward's judge (config.learned_reward), registered for the verifiers
+    group: ProcessGroup = dataclasses.field(default_factory=ProcessGroup)  # the job's processes
+
+    @property
+    def is_main(self) -> bool:
+        """The process that writes the run's files (metrics, trajectories, config.json)."""
+        return self.group.is_main
+
+    def rollout_weights(self) -> Any:
+        """The live policy as the rollout samples it: the model itself on one process; with several,
+        a copy on this process's devices (a collective: the main thread, at the same point everywhere)."""
+        if isinstance(self.rollout, SplitRollout):
+            return self.rollout.weights()
+        return None
 
     def learner(self, phase: str, config: LearnerConfig | None = None) -> Learner | RewardLearner:
         """A fresh learner of ``phase`` (``"sft"`` or ``"rl"``) on the shared model: RL starts with
@@ -187,8 +202,8 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
     """
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    is_main = jax.process_index() == 0
-    if record and is_main:
+    group = ProcessGroup.current()
+    if record and group.is_main:
         check_workdir(settings, workdir)
     mesh = sharding.make_mesh(dict(settings.mesh_shape))
     tokenizer = make_tokenizer(settings.model)
@@ -198,8 +213,15 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
             f"config.model: the tokenizer has {tokenizer.vocab_size} ids but the model only "
             f"{model.config.vocab_size}; use the model's own tokenizer (config.model.tokenizer)"
         )
-    judge = install_judge(settings, mesh)  # before any environment: the 'learned' verifier parts use it
-    sampler = Sampler(model, tokenizer, mesh, SamplerConfig(batch_buckets=SAMPLER_BATCH_BUCKETS))
+    # With several processes, each samples on its own devices with a replica of the policy.
+    sample_mesh, sample_model, replica = mesh, model, None
+    if group.count > 1:
+        local = jax.local_devices()
+        sample_mesh = sharding.make_mesh(rollout_mesh_shape(dict(settings.mesh_shape), len(local)), devices=local)
+        sample_model = make_model(settings.model, settings.seed, sample_mesh)
+        replica = LocalReplica(model, sample_model)
+    judge = install_judge(settings, sample_mesh)  # before any environment: the 'learned' verifier parts use it
+    sampler = Sampler(sample_model, tokenizer, sample_mesh, SamplerConfig(batch_buckets=SAMPLER_BATCH_BUCKETS))
     pool = make_pool(settings)
     scheduler = Scheduler(pool, log_interval_s=None)
     try:
@@ -211,14 +233,18 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
             example_tasks=example_tasks(settings, catalog),
         )
         if settings.rollout.engine:
-            engine = DecodeEngine(model, tokenizer, mesh, engine_config(settings))
+            engine = DecodeEngine(sample_model, tokenizer, sample_mesh, engine_config(settings))
             rollout = EngineRollout(
                 engine, tokenizer, settings.rollout, EnvCache(factory), scheduler, lender, seed=settings.seed
             )
         else:
             rollout = Rollout(sampler, tokenizer, settings.rollout, EnvCache(factory), seed=settings.seed)
+        if replica is not None:
+            rollout = SplitRollout(rollout, group, replica)
         loop = settings.loop
-        checkpointer = Checkpointer(workdir, max_to_keep=loop.keep_checkpoints, every=loop.checkpoint_every)
+        checkpointer = Checkpointer(
+            workdir, max_to_keep=loop.keep_checkpoints, every=loop.checkpoint_every, announce=group.is_main
+        )
     except BaseException:
         scheduler.close(cancel=True)
         pool.close()
@@ -236,9 +262,10 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
         scheduler=scheduler,
         rollout=rollout,
         checkpointer=checkpointer,
-        metrics=MetricsWriter(workdir, enabled=record and is_main),
+        metrics=MetricsWriter(workdir, enabled=record and group.is_main),
         judge=judge,
+        group=group,
     )
-    if record and is_main:
+    if record and group.is_main:
         (workdir / CONFIG_FILE).write_text(settings.config_json())
     return exp

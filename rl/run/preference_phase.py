@@ -73,6 +73,8 @@ class PreferencePhase:
         self.exp, self.settings, self.first_step = exp, settings, first_step
         self.data: PairData | None = None
         self.mining: dict[str, float] = {}
+        # Decided now, before any process could mine: every process of a job must take the same path.
+        self._mined_before = self.pairs_path.exists()
 
     @property
     def pairs_path(self) -> Path:
@@ -83,7 +85,7 @@ class PreferencePhase:
         s, tok = self.settings, self.exp.tokenizer
         if s.data != MINED:
             pairs = load_pairs(s.data.removeprefix("jsonl:"), tok)
-        elif self.pairs_path.exists():  # a resumed run: the pairs this phase started with
+        elif self._mined_before:  # a resumed run: the pairs this phase started with
             pairs = [Pair.from_dict(json.loads(line)) for line in self.pairs_path.read_text().splitlines() if line]
         else:
             pairs = self._mine()
@@ -112,9 +114,10 @@ class PreferencePhase:
                 f"{self.mining['dpo/mined_pass_rate']:.3f}): every task's episodes all passed or all failed. "
                 "Raise preference.mine_group or mine_tasks, or train SFT longer or shorter"
             )
-        tmp = self.pairs_path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(p.to_dict()) + "\n" for p in pairs))
-        os.replace(tmp, self.pairs_path)
+        if exp.is_main:
+            tmp = self.pairs_path.with_suffix(".tmp")
+            tmp.write_text("".join(json.dumps(p.to_dict()) + "\n" for p in pairs))
+            os.replace(tmp, self.pairs_path)
         log.info("mined %d preference pairs (pass rate %.3f)", len(pairs), self.mining["dpo/mined_pass_rate"])
         return pairs
 

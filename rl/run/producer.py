@@ -84,6 +84,9 @@ class RolloutProducer:
       finish: ``finish(step, tasks, result) -> Produced`` (same thread, under :attr:`lock`, in step
         order).
       model: the learner's model; its parameters are copied at each publish when ``staleness > 0``.
+      snapshot: ``snapshot()`` gives the parameters to sample with at each publish instead (on the
+        publishing thread): a multi-process job's copy on this process's devices
+        (:meth:`rl.run.experiment.Experiment.rollout_weights`).
       staleness: ``loop.max_staleness``.
       rl_start: the last SFT step (the version of RL's first policy).
       first, last: the first step to sample and the run's last step.
@@ -102,8 +105,10 @@ class RolloutProducer:
         first: int,
         last: int,
         restored: list[Produced] = (),
+        snapshot: Callable[[], Any] | None = None,
     ):
         self._rollout, self._draw, self._finish, self._model = rollout, draw, finish, model
+        self._snapshot = snapshot
         self.staleness, self.rl_start, self.last = staleness, rl_start, last
         self.lock = threading.RLock()  # held while driving the rollout: evaluation takes it too
         self._cond = threading.Condition()
@@ -125,7 +130,9 @@ class RolloutProducer:
     def publish(self, step: int) -> None:
         """The parameters after ``step`` (checkpointed) may sample the steps that need them."""
         weights = None
-        if self.staleness:  # the learner moves on while these sample: a copy
+        if self._snapshot is not None:
+            weights = self._snapshot()
+        elif self.staleness:  # the learner moves on while these sample: a copy
             weights = jax.tree.map(jnp.copy, nnx.state(self._model))
         with self._cond:
             self._weights[step] = weights

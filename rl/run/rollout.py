@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from envs import MIN_TURNS, AgentEnv, Task, Verification, env_for_domain
@@ -218,13 +218,16 @@ class Rollout:
         temperature: float | None = None,
         weights: Any = None,
         policy_version: int | None = None,
+        groups: Collection[int] | None = None,
     ) -> RolloutResult:
         """``group_size`` episodes for each task; greedy decoding (or another temperature) for evaluation.
 
         ``decoding`` is ``"sampled"`` (at ``temperature``, by default the config's) or ``"greedy"``.
         ``weights``: a parameter state to sample with (an asynchronous run's snapshot of an older
         policy), else the live model. ``policy_version``: recorded in every episode (the learner
-        step whose parameters sampled it; by default ``step - 1``, on-policy).
+        step whose parameters sampled it; by default ``step - 1``, on-policy). ``groups``: run only
+        these tasks (indices into ``tasks``), the others' episodes being another process's
+        (:mod:`rl.run.split_rollout`); an episode's group is always its task's index in ``tasks``.
         """
         if decoding not in DECODINGS:
             raise ValueError(f"Rollout.run(decoding=): expected one of {DECODINGS}, got {decoding!r}")
@@ -233,7 +236,7 @@ class Rollout:
         k = group_size or self.config.group_size
         temperature = self.config.temperature if temperature is None else temperature
         t0 = time.perf_counter()
-        episodes = self._new_episodes(tasks, step, k, decoding, policy_version)
+        episodes = self._new_episodes(tasks, step, k, decoding, policy_version, groups)
         envs = [self.envs.get(e.domain) for e in episodes]
         tasks_of = [tasks[e.group] for e in episodes]
         meters = [ContextMeter(self.tokenizer, e) for e in episodes]
@@ -266,10 +269,18 @@ class Rollout:
         del timeout
 
     def _new_episodes(
-        self, tasks: Sequence[Task], step: int, k: int, decoding: str, policy_version: int | None
+        self,
+        tasks: Sequence[Task],
+        step: int,
+        k: int,
+        decoding: str,
+        policy_version: int | None,
+        groups: Collection[int] | None = None,
     ) -> list[EpisodeRecord]:
-        """``k`` fresh records per task, each seeded by what it samples, never by batch order."""
+        """``k`` fresh records per task (of ``groups``, by default all), each seeded by what it
+        samples, never by batch order or by which process samples it."""
         version = step - 1 if policy_version is None else policy_version
+        chosen = range(len(tasks)) if groups is None else set(groups)
         return [
             EpisodeRecord(
                 step,
@@ -283,6 +294,7 @@ class Rollout:
                 policy_version=version,
             )
             for g, task in enumerate(tasks)
+            if g in chosen
             for i in range(k)
         ]
 

@@ -60,7 +60,7 @@ class Trainer:
         self.reward_model = RewardModelPhase(exp, s.reward_model) if s.reward_model.steps else None
         self.total = s.total_steps
         self.tasks = iter(task_stream(s.tasks, exp.catalog, seed=s.seed)) if s.tasks else None
-        self.evaluator = Evaluator(exp.rollout, s.eval, held_out_tasks(s.eval, exp.catalog))
+        self.evaluator = Evaluator(exp.rollout, s.eval, held_out_tasks(s.eval, exp.catalog), write=exp.is_main)
         self.sft_data = None
         if self.sft_steps:
             convs = load_sft_data(s.sft.data, dict(s.sft.options))
@@ -151,6 +151,7 @@ class Trainer:
             first=first,
             last=self.total,
             restored=self.restored_pending,
+            snapshot=self.exp.rollout_weights if self.exp.group.count > 1 else None,
         )
         self.restored_pending = []
         self.producer.start()
@@ -298,7 +299,8 @@ class Trainer:
             for _ in range(s.algorithm.epochs):
                 metrics.update(self.learner.train_step(batch))
         learn_s = time.perf_counter() - t
-        trajectory.write_step(exp.workdir, step, result.episodes, tasks=tasks)
+        if exp.is_main:
+            trajectory.write_step(exp.workdir, step, result.episodes, tasks=tasks)
         gen, env = result.timing["generate_s"], result.timing["env_s"] + result.timing["reset_s"]
         metrics.update(
             {
@@ -351,7 +353,8 @@ class Trainer:
         step = exp.checkpointer.latest_step()
         if step is None:
             exp.metrics.truncate_after(-1)
-            trajectory.truncate_after(exp.workdir, -1)
+            if exp.is_main:
+                trajectory.truncate_after(exp.workdir, -1)
             return 0
         self._enter_phase(step)
         state, extra = exp.checkpointer.restore(step, self.learner.abstract_state())
@@ -371,7 +374,8 @@ class Trainer:
             self._start_decay(int(extra["sft_decay_from"]))  # the learner with the decay that had started
         self.elapsed_before = float(extra.get("elapsed_s", 0.0))
         exp.metrics.truncate_after(step)
-        trajectory.truncate_after(exp.workdir, step)
+        if exp.is_main:
+            trajectory.truncate_after(exp.workdir, step)
         log.info("resumed from checkpoint %d (%s phase)", step, self.phase)
         return step
 
