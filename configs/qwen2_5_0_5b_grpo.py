@@ -10,7 +10,8 @@ One GPU: the default mesh puts everything on ``fsdp=-1`` (all local devices).
 A TPU v5e-8 or 8 GPUs: ``--config.mesh.shape.fsdp=4 --config.mesh.shape.tensor=2``.
 Multi-host: launch the same command on every host with ``JAX_COORDINATOR_ADDRESS``,
 ``JAX_NUM_PROCESSES`` and ``JAX_PROCESS_ID`` set (``rl.run.distributed`` calls
-``jax.distributed.initialize()``); only process 0 writes metrics.
+``jax.distributed.initialize()``): each process samples its share of the episodes, only
+process 0 writes run files, and a failure or SIGTERM in one process stops them all.
 Sandboxes go to Docker; add more daemons to ``sandbox.hosts``.
 ``get_config("test")`` shrinks it to the tiny model on CPU (still in Docker).
 """

@@ -79,7 +79,12 @@ def test_mined_pairs_are_written_once_and_reused_on_resume(tmp_path):
     rollout = _Rollout()
     settings = types.SimpleNamespace(seed=0, tasks={"stub": pool}, loop=types.SimpleNamespace(max_len=64))
     exp = types.SimpleNamespace(
-        workdir=str(tmp_path), tokenizer=ByteTokenizer(), settings=settings, catalog=catalog, rollout=rollout
+        workdir=str(tmp_path),
+        tokenizer=ByteTokenizer(),
+        settings=settings,
+        catalog=catalog,
+        rollout=rollout,
+        is_main=True,
     )
     phase = PreferencePhase(exp, PreferenceSettings(steps=2, mine_tasks=3, mine_group=4, max_pairs_per_task=2), 5)
     mined = phase.prepare()
