@@ -9,8 +9,12 @@ holding one sandbox for ``--steps`` tool calls whose latencies are drawn from a 
 distribution (median ``--median-ms``).
 
 Reported per size: episodes/s, tool calls/s, sandbox utilisation (leased slot-seconds over
-slot-seconds of the nodes in rotation: goal >= 90%), and efficiency (throughput over the ideal of
-every slot always running a call back to back).
+slot-seconds of the nodes in rotation: goal >= 90%) over the whole batch and while work is still
+queued (the steady state of a run that keeps the queue full; the batch figure adds the drain at
+its end, when the last episodes run and slots empty), and efficiency (throughput over the ideal of
+every slot always running a call back to back). ``driver ms/call`` is the CPU time the driver
+process — scheduler, fleet placement, Ray client — spends per tool call: its ceiling in calls/s on
+one core, whatever the nodes (here every node's raylet and agent share the same 2 cores).
 
     python benchmarks/fleet_sim.py [--nodes 8] [--capacity 8] [--episodes 1200] [--steps 4] [--median-ms 25]
 """
@@ -23,6 +27,7 @@ import os
 import random
 import statistics
 import sys
+import threading
 import time
 import uuid
 
@@ -101,9 +106,24 @@ def measure(fleet, args, rng: random.Random) -> dict[str, float]:
     work_s = sum(map(sum, plans))
     with Scheduler(fleet, log_interval_s=None) as sched:
         sched.reset_metrics()
+        done = threading.Event()
+        busy: list[float] = []  # leased / capacity, sampled while jobs are queued
+
+        def sample() -> None:
+            while not done.wait(0.25):
+                m = sched.metrics()
+                if m["sandbox/queued"] > 0 and m["sandbox/capacity"] > 0:
+                    busy.append(m["sandbox/pool_leased"] / m["sandbox/capacity"])
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        cpu0 = time.process_time()
         start = time.perf_counter()
+        sampler.start()
         results = sched.run([Job(episode(p), spec=SandboxSpec()) for p in plans])
         wall = time.perf_counter() - start
+        driver_cpu = time.process_time() - cpu0
+        done.set()
+        sampler.join()
         metrics = sched.metrics()
     assert all(r.ok for r in results), {r.status for r in results}
     capacity = fleet.capacity()
@@ -113,8 +133,10 @@ def measure(fleet, args, rng: random.Random) -> dict[str, float]:
         "episodes_s": args.episodes / wall,
         "calls_s": args.episodes * args.steps / wall,
         "utilisation": metrics["sandbox/utilisation"],
+        "queued_utilisation": statistics.mean(busy) if busy else float("nan"),
         "efficiency": work_s / (wall * capacity),
         "wall_s": wall,
+        "driver_ms_per_call": 1e3 * driver_cpu / (args.episodes * args.steps),
         "queue_p50_s": metrics.get("sandbox/queue_wait_p50_s", 0.0),
         "run_p50_s": metrics.get("sandbox/run_p50_s", 0.0),
         "ideal_run_s": statistics.median(map(sum, plans)),
@@ -145,7 +167,9 @@ def main() -> None:
     config = PoolConfig(handle_signals=False, probe=False, maintenance_interval_s=0.2)
     fleet = RayFleet(StubBackend(), capacity=args.capacity, max_sandboxes=args.capacity, config=config)
     rng = random.Random(0)
-    header = "nodes  slots  episodes/s  calls/s  utilisation  efficiency  queue p50  run p50 (ideal)"
+    header = (
+        "nodes  slots  episodes/s  calls/s  utilisation (while queued)  efficiency  driver ms/call  run p50 (ideal)"
+    )
     print(header)
     try:
         sizes = [n for n in (1, 2, 4, 8, 16, 32) if n <= args.nodes]
@@ -159,7 +183,7 @@ def main() -> None:
             m = measure(fleet, args, rng)
             print(
                 f"{m['nodes']:5d}  {m['capacity']:5d}  {m['episodes_s']:10.1f}  {m['calls_s']:7.1f}  "
-                f"{m['utilisation']:10.1%}  {m['efficiency']:10.1%}  {m['queue_p50_s']:8.2f}s  "
+                f"{m['utilisation']:10.1%} ({m['queued_utilisation']:5.1%})  {m['efficiency']:10.1%}  {m['driver_ms_per_call']:14.2f}  "
                 f"{m['run_p50_s']:.3f}s ({m['ideal_run_s']:.3f}s)",
                 flush=True,
             )
