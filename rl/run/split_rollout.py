@@ -17,7 +17,7 @@ the same episodes as one process does.
 from __future__ import annotations
 
 import dataclasses
-import pickle
+import json
 import threading
 import zlib
 from collections.abc import Mapping, Sequence
@@ -32,6 +32,7 @@ from envs import Task
 from rl.models import sharding
 from rl.run.distributed import ProcessGroup
 from rl.run.rollout import Rollout, RolloutHandle, RolloutResult, requeue_of
+from rl.run.trajectory import EpisodeRecord
 
 # Timing entries that count work (summed over processes); the others are durations (the slowest).
 _COUNTED = ("prefill_tokens", "prefill_tokens_reused", "jobs", "job_retries")
@@ -74,6 +75,18 @@ def _to_host(x: jax.Array) -> np.ndarray:
     if x.is_fully_addressable or x.is_fully_replicated:
         return np.asarray(x.addressable_data(0)) if x.is_fully_replicated else np.asarray(x)
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def _encode(result: RolloutResult) -> bytes:
+    """This process's episodes and timing as JSON (data, never code: no pickle crosses the network;
+    floats round-trip exactly)."""
+    data = {"episodes": [dataclasses.asdict(e) for e in result.episodes], "timing": result.timing}
+    return json.dumps(data, default=lambda v: v.item() if isinstance(v, np.generic) else v.tolist()).encode()
+
+
+def _decode(data: bytes) -> tuple[list[EpisodeRecord], dict[str, float]]:
+    parsed = json.loads(data)
+    return [EpisodeRecord(**e) for e in parsed["episodes"]], parsed["timing"]
 
 
 @dataclasses.dataclass
@@ -155,7 +168,7 @@ class SplitRollout:
             return
         if not split.posted:
             local = split.inner.result
-            self.group.post(split.tag, pickle.dumps((local.episodes, local.timing), protocol=pickle.HIGHEST_PROTOCOL))
+            self.group.post(split.tag, _encode(local))
             split.posted = True
         parts = self.group.collect(split.tag)
         if parts is None:
@@ -163,7 +176,7 @@ class SplitRollout:
         self._flying.remove(split)
         episodes, timing = [], {}
         for part in parts:
-            eps, t = pickle.loads(part)
+            eps, t = _decode(part)
             episodes += eps
             for key, value in t.items():
                 timing[key] = timing.get(key, 0.0) + value if key in _COUNTED else max(timing.get(key, 0.0), value)
