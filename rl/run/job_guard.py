@@ -107,8 +107,8 @@ class JobGuard:
         if self._cause is None and self.group.count > 1 and _peer_gone(exc):
             with contextlib.suppress(Exception):  # waits up to the heartbeat timeout for the verdict
                 self._peer_cause({p: LOST_MESSAGE for p in self.group.lost()})
-        if self._cause is None and isinstance(exc, PeerFailed):
-            self._set_cause(str(exc), _code_of(exc.message))
+        if self._cause is None and isinstance(exc, PeerFailed):  # the peer reported it already
+            self._set_cause(str(exc), _code_of(exc.message), report=False)
         if self._cause is None:
             text = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
             message = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
