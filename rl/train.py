@@ -160,7 +160,7 @@ def train(guard: Any) -> int:
     """Builds and runs the experiment; the exit status. A failure in any process of a job is
     reported to the others (rl.run.job_guard), and SIGTERM stops the run where it is."""
     from rl.run.experiment import build
-    from rl.run.job_guard import EXIT_TERMINATED
+    from rl.run.job_guard import EXIT_TERMINATED, RESUME_HINT
     from rl.run.preflight import PreflightError, RunAborted
     from rl.run.settings import ConfigError, load_settings
     from rl.run.task_stream import TaskCatalog
@@ -169,12 +169,14 @@ def train(guard: Any) -> int:
     start = time.perf_counter()
     catalog = TaskCatalog()
     exp = trainer = None
+    failed = False
     try:
         exp = build(load_settings(_CONFIG.value, catalog), _WORKDIR.value, catalog)
         guard.on_abort(exp.pool.close)
         trainer = Trainer(exp)
         evals = trainer.run()
     except BaseException as exc:  # noqa: BLE001 - every failure gets its message, status, and the peers told
+        failed = True
         message, code = guard.failed(exc)
         known = isinstance(exc, (ConfigError, PreflightError, RunAborted))
         if known and not message.startswith("the job stopped"):  # this process's own: its message whole
@@ -182,7 +184,7 @@ def train(guard: Any) -> int:
         if isinstance(exc, ConfigError):
             code = USAGE_ERROR
         elif code == EXIT_TERMINATED:
-            message += "; the last complete checkpoint stands: run the same command to resume"
+            message += f"; {RESUME_HINT}"
         elif not known and guard.group.count == 1:
             raise  # a bug or an interrupt on one process: the traceback, as Python prints it
         elif not known and not message.startswith("the job stopped"):  # this process's own failure
@@ -190,7 +192,9 @@ def train(guard: Any) -> int:
         print(f"error: {message}", file=sys.stderr, flush=True)
         return code
     finally:
-        if exp is not None:
+        if exp is not None and failed and guard.group.count > 1:
+            exp.close_local()  # never wait for peers that may be gone
+        elif exp is not None:
             exp.close()
     elapsed = getattr(trainer, "elapsed", None) or time.perf_counter() - start  # a resumed run counts all its time
     if exp.is_main:

@@ -166,11 +166,17 @@ class Experiment:
         return Learner(self.model, self.mesh, config)
 
     def close(self) -> None:
+        self.close_local()
+        self.checkpointer.close()
+
+    def close_local(self) -> None:
+        """Closes what this process holds alone — environments, sandboxes, the metrics file — and
+        not the checkpointer, which in a job of several processes may wait for the others (a
+        failed job's peers may be gone; its checkpoints are complete: every save is synchronous)."""
         uninstall_judge(self.judge)
         self.rollout.close()
         self.scheduler.close(cancel=True)
         self.pool.close()
-        self.checkpointer.close()
         self.metrics.close()
 
 

@@ -25,6 +25,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable
 
 from rl.run.distributed import PeerFailed, ProcessGroup
@@ -34,6 +35,7 @@ EXIT_FAILED = 1
 EXIT_TERMINATED = 128 + signal.SIGTERM  # what a shell reports for a process that SIGTERM ended
 SIGTERM_MESSAGE = "received SIGTERM"
 LOST_MESSAGE = "stopped answering (killed, or its machine went down)"
+RESUME_HINT = "the last complete checkpoint stands: run the same command to resume"
 
 
 class Terminated(Exception):
@@ -174,8 +176,12 @@ class JobGuard:
 
     def _force_exit(self) -> None:
         message, code = self._cause
-        print(f"error: {message} (process {self.group.index} did not stop in {self.grace_s:.0f} s: forced exit)",
-              file=sys.stderr, flush=True)  # fmt: skip
+        hint = f"; {RESUME_HINT}" if code == EXIT_TERMINATED else ""
+        main = sys._current_frames().get(threading.main_thread().ident)
+        if main is not None:  # where it was stuck: for whoever reads the log
+            log.error("the main thread did not stop; it is at:\n%s", "".join(traceback.format_stack(main)))
+        print(f"error: {message}{hint} (process {self.group.index} did not stop in {self.grace_s:.0f} s: "
+              "forced exit)", file=sys.stderr, flush=True)  # fmt: skip
         for cleanup in self._cleanups:
             worker = threading.Thread(target=cleanup, daemon=True)
             worker.start()
