@@ -32,7 +32,15 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from rl.models.config import ModelConfig, RopeScaling
-from rl.models.sharding import DEFAULT_RULES, Rules, abstract_model, host_to_sharded, make_mesh, state_shardings
+from rl.models.sharding import (
+    DEFAULT_RULES,
+    Rules,
+    abstract_model,
+    host_to_sharded,
+    make_mesh,
+    state_shardings,
+    to_host,
+)
 from rl.models.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -340,14 +348,6 @@ def load_hf_model(
 # ----------------------------------------------------------------------------- saving
 
 
-def _to_host(array: jax.Array) -> np.ndarray:
-    if jax.process_count() > 1:
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(array, tiled=True))
-    return np.asarray(jax.device_get(array))
-
-
 def save_hf_model(
     model: Transformer, path: str | os.PathLike[str], max_shard_bytes: int = 2 * 1024**3, dtype: str | None = None
 ) -> None:
@@ -382,7 +382,7 @@ def save_hf_model(
         current, current_bytes = {}, 0
 
     for state_path, hf_name, _, to_hf in _param_table(config):
-        tensor = to_hf(_to_host(flat[state_path].get_value())).astype(target)
+        tensor = to_hf(to_host(flat[state_path].get_value())).astype(target)
         if current and current_bytes + tensor.nbytes > max_shard_bytes:
             flush()
         current[hf_name] = tensor

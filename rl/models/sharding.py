@@ -238,3 +238,15 @@ def constrain(x: jax.Array, logical: Sequence[str | None], rules: Rules) -> jax.
 def host_to_sharded(array: np.ndarray, sharding: NamedSharding) -> jax.Array:
     """A global ``jax.Array`` from a host array, copying to each local device only its shard."""
     return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+
+def to_host(array: jax.Array) -> np.ndarray:
+    """The whole array as numpy on this process; gathered from the other processes only when some
+    of its shards live there (a collective then: every process must call it at the same point)."""
+    if array.is_fully_replicated:
+        return np.asarray(array.addressable_data(0))
+    if array.is_fully_addressable:
+        return np.asarray(jax.device_get(array))
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))

@@ -26,7 +26,6 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
-from jax.experimental import multihost_utils
 
 from envs import Task
 from rl.models import sharding
@@ -63,18 +62,12 @@ class LocalReplica:
         if threading.current_thread() is not threading.main_thread():
             raise RuntimeError("LocalReplica.state(): a collective; call it on the main thread of every process")
         return jax.tree.map(
-            lambda x, s: sharding.host_to_sharded(_to_host(x), s), nnx.state(self.source), self._shardings
+            lambda x, s: sharding.host_to_sharded(sharding.to_host(x), s), nnx.state(self.source), self._shardings
         )
 
     def sync(self) -> None:
         """The replica takes the learner's current parameters (in place)."""
         nnx.update(self.replica, self.state())
-
-
-def _to_host(x: jax.Array) -> np.ndarray:
-    if x.is_fully_addressable or x.is_fully_replicated:
-        return np.asarray(x.addressable_data(0)) if x.is_fully_replicated else np.asarray(x)
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
 def _encode(result: RolloutResult) -> bytes:
