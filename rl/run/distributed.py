@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -267,8 +268,33 @@ class ProcessGroup:
             time.sleep(0.1)
         jax.distributed.shutdown()
 
+    def leave(self, timeout_s: float) -> None:
+        """Leaves a failed job without the shutdown barrier (peers may never reach it).
+
+        The coordination service lives in the main process, and a process that finds it gone
+        aborts from inside the client (a C++ fatal error, exit -6) instead of ending with its own
+        message. So another process disconnects first — bounded, since the service may be gone
+        already —, and the main process waits up to ``timeout_s`` for the others to disconnect
+        or be declared lost before it exits and takes the service with it."""
+        if self.count == 1:
+            return
+        if not self.is_main:
+            worker = threading.Thread(target=_disconnect, name="agentrl-leave", daemon=True)
+            worker.start()
+            worker.join(timeout=min(timeout_s, 10.0))
+            return
+        deadline = time.monotonic() + timeout_s
+        with contextlib.suppress(Exception):
+            while len(self.lost()) < self.count - 1 and time.monotonic() < deadline:
+                time.sleep(0.1)
+
     def raise_peer_failure(self) -> None:
         failures = self.peer_failures()
         if failures:
             first = min(failures)
             raise PeerFailed(first, failures[first])
+
+
+def _disconnect() -> None:
+    with contextlib.suppress(Exception):  # the service may be gone already: nothing left to tell it
+        jax.distributed.shutdown()

@@ -11,7 +11,8 @@ every process polls for such messages and for the SIGTERM byte that ``signal.set
 writes even while the main thread sits in C++. It then interrupts the main thread (which closes
 the run's sandboxes and exits with the peer's message), and if the main thread cannot be
 interrupted within ``grace_s`` — blocked in a collective whose peer is gone — it closes the
-sandboxes itself and exits the process. A failed job never waits at the shutdown barrier.
+sandboxes itself and exits the process. A failed job never waits at the shutdown barrier, but
+its main process, which hosts the coordination service, leaves last (:meth:`ProcessGroup.leave`).
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ class JobGuard:
             self.close()
             sys.stdout.flush()
             sys.stderr.flush()
+            self.group.leave(self.grace_s + 10)  # the main process, hosting the service, goes last
             logging.shutdown()
             os._exit(code)
 
@@ -187,6 +189,7 @@ class JobGuard:
             worker.start()
             worker.join(timeout=15)
         sys.stdout.flush()
+        self.group.leave(10)
         os._exit(code)
 
 
