@@ -2,6 +2,7 @@ r"""Device memory of one learner step, LoRA vs full fine-tuning, from XLA's own 
 
     python benchmarks/lora_memory.py                                   # qwen2.5-0.5b and llama-3.2-1b
     python benchmarks/lora_memory.py --presets tiny --tokens 128      # a quick check
+    python benchmarks/lora_memory.py --remat --logits-chunk-mib 16    # the memory-saving settings
 
 For each preset the real learner step (:func:`rl.learning.train_step.build_train_step`, policy
 objective, one micro-batch, AdamW with gradient clipping) is lowered and compiled on *abstract*
@@ -28,21 +29,34 @@ Each preset is measured twice, with the same LM head for both modes: chunked
 :mod:`rl.learning.lm_head`) and with all ``[B, T, vocab]`` logits at once (``0``, the step before
 the chunked head).
 
+``--remat`` turns on ``LearnerConfig.remat`` for both modes (each layer's activations recomputed in
+the backward pass). On XLA:CPU that only pays with the memory-minimising scheduler: the default
+one, tuned for concurrency, runs every layer's recomputation as soon as its input exists, ahead of
+the backward pass, so all of them are alive at once. The flag sets
+``XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false`` for this process, as a CPU
+user of ``remat`` should; accelerators' schedulers are memory-aware already.
+
 Full fine-tuning: every weight is trained (bf16 parameters as the presets use, f32 gradient
 accumulator, bf16 AdamW moments). LoRA: rank ``--rank`` adapters (float32) on all seven
 projections (q, k, v, o, gate, up, down) of every layer, the base frozen. The batch is
 ``--batch`` rows of ``--tokens`` tokens. CPU's compiler plans memory like the accelerator
-back ends (buffer assignment), but fusion, layouts and scheduling differ: notably XLA:CPU runs a
-bf16 x bf16 -> bf16 matmul on float32 copies of both operands, and keeps those copies of the
-weights alive from the forward to the backward pass (4 bytes per weight on top of its bf16 copy,
-LoRA's frozen base included), which an accelerator's native bf16 matmuls do not need. Treat the absolute numbers as estimates and the
-ratio as the result.
+back ends (buffer assignment), but fusion, layouts and scheduling differ (e.g. XLA:CPU keeps a
+transposed copy of a tied embedding for the LM head). The model's projections are bf16 x bf16 ->
+f32 matmuls (:mod:`rl.models.projection`) because XLA:CPU would otherwise run them on float32
+copies of the weights and keep those from the forward to the backward pass. Treat the absolute
+numbers as estimates and the ratio as the result.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+if "--remat" in sys.argv:  # before JAX starts its CPU client (see the module docstring)
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_concurrency_optimized_scheduler=false"
+    ).strip()
 import time
 from pathlib import Path
 from typing import Any
@@ -72,7 +86,13 @@ def _size(tree: Any) -> int:
 
 
 def measure(
-    preset: str, lora: LoRAConfig | None, batch: int, tokens: int, dtype: str = "", chunk_mib: int = 0
+    preset: str,
+    lora: LoRAConfig | None,
+    batch: int,
+    tokens: int,
+    dtype: str = "",
+    chunk_mib: int = 0,
+    remat: bool = False,
 ) -> dict[str, Any]:
     """Compiles one train step on abstract arrays and returns XLA's memory figures (bytes).
 
@@ -90,7 +110,9 @@ def measure(
     graphdef = nnx.graphdef(model)
     params, rest = nnx.state(model, trained, ...)
     trainable = "lora" if lora else "all"
-    learner = LearnerConfig(objective="policy", learning_rate=1e-5, trainable=trainable, logits_chunk_mib=chunk_mib)
+    learner = LearnerConfig(
+        objective="policy", learning_rate=1e-5, trainable=trainable, logits_chunk_mib=chunk_mib, remat=remat
+    )
     tx, _ = make_optimizer(learner)
     opt_state = jax.eval_shape(tx.init, params)
     step_fn = build_train_step(graphdef, learner, "policy", DEFAULT_RULES, None)
@@ -126,19 +148,23 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=512)
     parser.add_argument("--dtype", default="", help="override the presets' dtypes (default: their own, bfloat16)")
     parser.add_argument("--logits-chunk-mib", type=int, default=LearnerConfig().logits_chunk_mib)
+    parser.add_argument("--remat", action="store_true", help="LearnerConfig.remat for both modes (see above)")
     args = parser.parse_args()
     lora = LoRAConfig(rank=args.rank, alpha=2.0 * args.rank, target_modules=TARGETS)
     print(f"machine: {describe_machine()}; jax {jax.__version__} on {jax.devices()[0].platform}")
     dtypes = args.dtype or "preset dtypes"
-    print(f"one train step, batch {args.batch} x {args.tokens} tokens, {dtypes}, LoRA rank {args.rank} on all 7\n")
+    remat = ", remat (memory-minimising XLA:CPU scheduler)" if args.remat else ""
+    print(
+        f"one train step, batch {args.batch} x {args.tokens} tokens, {dtypes}, LoRA rank {args.rank} on all 7{remat}\n"
+    )
     header = "| preset | LM head | mode | trained params | optimizer state GiB | argument GiB | output GiB |"
     print(header + " alias GiB | temp GiB | total GiB | total LoRA/full | compile s |")
     print("|" + "---|" * 12)
     heads = ((args.logits_chunk_mib, f"chunked, {args.logits_chunk_mib} MiB"), (0, "all logits at once"))
     for preset in args.presets:
         for chunk, head in heads:
-            full = measure(preset, None, args.batch, args.tokens, args.dtype, chunk)
-            adapted = measure(preset, lora, args.batch, args.tokens, args.dtype, chunk)
+            full = measure(preset, None, args.batch, args.tokens, args.dtype, chunk, args.remat)
+            adapted = measure(preset, lora, args.batch, args.tokens, args.dtype, chunk, args.remat)
             for mode, m in (("full", full), (f"LoRA r={args.rank}", adapted)):
                 cells = [preset, head, mode, f"{m['trained'] / 1e6:.2f}M", _gib(m["opt_state"])]
                 cells += [_gib(m[k]) for k in ("argument", "output", "alias", "temp", "total")]

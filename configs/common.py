@@ -180,8 +180,14 @@ def optimizer(
     grad_clip_norm: float = 1.0,
     microbatches: int = 1,
     end_lr_ratio: float = 0.1,
+    remat: bool = False,
+    logits_chunk_mib: int = 64,
 ) -> mlc.ConfigDict:
-    """AdamW with linear warmup then cosine decay to ``end_lr_ratio * learning_rate``."""
+    """AdamW with linear warmup then cosine decay to ``end_lr_ratio * learning_rate``.
+
+    ``remat``: every learner of the run recomputes each layer's activations in its backward pass
+    instead of keeping them (``rl.learning.LearnerConfig.remat``): less memory, more compute.
+    ``logits_chunk_mib``: the LM head's float32 logits per chunk and device (smaller: less memory)."""
     return mlc.ConfigDict(
         {
             "learning_rate": learning_rate,
@@ -193,6 +199,8 @@ def optimizer(
             "b2": 0.99,
             "eps": 1e-8,
             "end_lr_ratio": end_lr_ratio,
+            "remat": remat,
+            "logits_chunk_mib": logits_chunk_mib,
         }
     )
 

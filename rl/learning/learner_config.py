@@ -78,6 +78,11 @@ class LearnerConfig:
         parameters the learner starts from as its frozen reference.
       trainable: ``"all"`` parameters, or ``"lora"``: only the model's LoRA adapters get gradients
         and optimizer state (the base weights stay bit-for-bit as they are).
+      remat: recompute each layer's activations in the backward pass (gradient checkpointing)
+        instead of keeping every layer's from the forward: a step holds one layer's activations
+        at a time, for about a third more compute. The same gradients up to float rounding. With
+        LoRA, whose step is otherwise mostly activations and the frozen weights, it is the
+        larger saving (``benchmarks/lora_memory.py``).
     """
 
     objective: str = "policy"
@@ -97,6 +102,7 @@ class LearnerConfig:
     temperature: float = RAW_LOGPROB_TEMPERATURE
     loss: PolicyLossConfig = dataclasses.field(default_factory=PolicyLossConfig)
     trainable: str = "all"
+    remat: bool = False
     preference: PreferenceConfig = dataclasses.field(default_factory=PreferenceConfig)
 
     def __post_init__(self) -> None:
@@ -131,6 +137,8 @@ class LearnerConfig:
             _fail("temperature", "a finite float > 0 (the sampler's; 1.0 for raw_logprobs)", self.temperature)
         if self.trainable not in TRAINABLE:
             _fail("trainable", f"one of {TRAINABLE}", self.trainable)
+        if not isinstance(self.remat, bool):
+            _fail("remat", "a bool", self.remat)
         if not isinstance(self.loss, PolicyLossConfig):
             _fail("loss", "a rl.learning.losses.PolicyLossConfig", self.loss)
         if not isinstance(self.preference, PreferenceConfig):

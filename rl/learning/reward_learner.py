@@ -10,8 +10,8 @@ and a :meth:`RewardLearner.state` a :class:`rl.run.checkpoint.Checkpointer` save
 
 What is trained: every parameter of backbone and head, or with ``LearnerConfig.trainable="lora"``
 the backbone's LoRA adapters and the head (the base weights stay frozen). Of the
-:class:`~rl.learning.learner_config.LearnerConfig` only the optimizer, schedule, ``microbatches`` and
-``trainable`` fields are read; the objective is always Bradley-Terry. Adapter dropout stays off.
+:class:`~rl.learning.learner_config.LearnerConfig` only the optimizer, schedule, ``microbatches``,
+``trainable`` and ``remat`` fields are read; the objective is always Bradley-Terry. Adapter dropout stays off.
 """
 
 from __future__ import annotations
@@ -109,11 +109,11 @@ class RewardLearner(TrainedState):
 
     def _build_train(self) -> Any:
         graphdef, rules, tx, schedule = self._graphdef, self.rules, self._tx, self._schedule
-        microbatches, param_shardings = self.config.microbatches, self._param_shardings
+        microbatches, param_shardings, remat = self.config.microbatches, self._param_shardings, self.config.remat
 
         def loss_fn(params, rest, mb, total_pairs):
             tokens, mask, weights = mb
-            loss, metrics = bradley_terry_loss(nnx.merge(graphdef, params, rest)(tokens, mask), weights)
+            loss, metrics = bradley_terry_loss(nnx.merge(graphdef, params, rest)(tokens, mask, remat), weights)
             share = weights[: weights.shape[0] // 2].sum() / jnp.maximum(total_pairs, 1e-9)
             return loss * share, {k: v * share for k, v in metrics.items()}
 

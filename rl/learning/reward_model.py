@@ -70,11 +70,12 @@ class RewardModel(nnx.Module):
         self.backbone = backbone
         self.head = head if head is not None else RewardHead(backbone.config.hidden_size)
 
-    def __call__(self, tokens: jax.Array, input_mask: jax.Array) -> jax.Array:
+    def __call__(self, tokens: jax.Array, input_mask: jax.Array, remat: bool = False) -> jax.Array:
         """Scores ``[B]`` of ``[B, T]`` rows; each row is one sequence (positions ``0..T-1``, padding
-        anywhere ``input_mask`` is False); the score reads the row's last real token."""
+        anywhere ``input_mask`` is False); the score reads the row's last real token. ``remat``:
+        training recomputes each layer's activations in the backward pass (``LearnerConfig.remat``)."""
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-        hidden, _ = self.backbone.hidden_states(tokens, positions, input_mask)
+        hidden, _ = self.backbone.hidden_states(tokens, positions, input_mask, remat=remat)
         last = jnp.max(jnp.where(input_mask, positions, 0), axis=1)
         return self.head(jnp.take_along_axis(hidden, last[:, None, None], axis=1)[:, 0])
 

@@ -142,6 +142,7 @@ def forward_logprobs(
     positions: jax.Array | None = None,
     segment_ids: jax.Array | None = None,
     logits_chunk_mib: int = 0,
+    remat: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """Per-token ``(logprobs, entropy)`` ``[B, T]`` aligned with ``tokens`` as targets (column 0 is 0).
 
@@ -149,11 +150,12 @@ def forward_logprobs(
     previous segment's last token: its loss mask is 0 (see :func:`rl.learning.batch.pack`).
     ``logits_chunk_mib``: the LM head runs over chunks of positions whose float32 logits take
     at most this many MiB per device (:func:`rl.learning.lm_head.token_logprobs`; 0: all at once).
+    ``remat``: each layer's activations are recomputed in the backward pass (``LearnerConfig.remat``).
     """
     model: Transformer = nnx.merge(graphdef, params, rest)
     if positions is None:
         positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
-    hidden, _ = model.hidden_states(tokens, positions, input_mask, segment_ids=segment_ids)
+    hidden, _ = model.hidden_states(tokens, positions, input_mask, segment_ids=segment_ids, remat=remat)
     tied = model.config.tie_embeddings
     head = (model.embed if tied else model.lm_head)[...].astype(model.config.compute_dtype)
     logp, entropy = token_logprobs(hidden[:, :-1], head, tokens[:, 1:], temp, logits_chunk_mib, model.rules, tied)
@@ -204,7 +206,7 @@ def build_train_step(
 
     def inputs(mb: TrainBatch) -> tuple:  # forward_logprobs' arguments after the weights
         temp, chunk = config.temperature, config.logits_chunk_mib
-        return mb.tokens, mb.input_mask, temp, mb.positions, mb.segment_ids, chunk
+        return mb.tokens, mb.input_mask, temp, mb.positions, mb.segment_ids, chunk, config.remat
 
     def loss_fn(params, rest, ref, mb: TrainBatch, totals):
         logp, entropy = forward_logprobs(graphdef, params, rest, *inputs(mb))

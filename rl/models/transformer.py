@@ -18,6 +18,7 @@ sequence from position 0 and appends where it left off.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -27,6 +28,7 @@ import numpy as np
 from flax import nnx, struct
 
 from rl.models.config import ModelConfig
+from rl.models.projection import project
 from rl.models.sharding import DEFAULT_RULES, Rules, constrain
 
 #: Query rows per block of whole-sequence (training) attention: see ``Attention._attend_blocked``.
@@ -184,7 +186,8 @@ class Attention(nnx.Module):
 
     def _project(self, x: jax.Array, name: str) -> jax.Array:
         dtype = self.config.compute_dtype
-        y = jnp.einsum("bse,ehd->bshd", x, getattr(self, name)[...].astype(dtype))
+        w = getattr(self, name)[...].astype(dtype)
+        y = project(x, w.reshape(w.shape[0], -1)).reshape(*x.shape[:-1], *w.shape[1:])
         if self.lora is not None and name in self.lora:
             y = y + self.lora[name](x)
         if self.config.qkv_bias:
@@ -317,8 +320,8 @@ class Attention(nnx.Module):
         # einsum over (heads, head_dim) let XLA:CPU transpose the whole weight on every call.
         o = self.o[...].astype(cfg.compute_dtype).reshape(cfg.num_heads * cfg.head_dim, -1)
         if self.lora is not None and "o" in self.lora:
-            return out @ o + self.lora["o"](out)
-        return out @ o
+            return project(out, o) + self.lora["o"](out)
+        return project(out, o)
 
 
 class MLP(nnx.Module):
@@ -337,18 +340,18 @@ class MLP(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         if self.lora is not None:
             return self._adapted(x, self.lora)
-        gate = x @ self.gate[...].astype(self.dtype)
-        up = x @ self.up[...].astype(self.dtype)
-        return (jax.nn.silu(gate) * up) @ self.down[...].astype(self.dtype)
+        gate = project(x, self.gate[...].astype(self.dtype))
+        up = project(x, self.up[...].astype(self.dtype))
+        return project(jax.nn.silu(gate) * up, self.down[...].astype(self.dtype))
 
     def _adapted(self, x: jax.Array, lora: nnx.Dict) -> jax.Array:
         """:meth:`__call__` with each adapted projection's low-rank update added to its output."""
 
-        def project(h: jax.Array, name: str) -> jax.Array:
-            y = h @ getattr(self, name)[...].astype(self.dtype)
+        def adapted(h: jax.Array, name: str) -> jax.Array:
+            y = project(h, getattr(self, name)[...].astype(self.dtype))
             return y + lora[name](h) if name in lora else y
 
-        return project(jax.nn.silu(project(x, "gate")) * project(x, "up"), "down")
+        return adapted(jax.nn.silu(adapted(x, "gate")) * adapted(x, "up"), "down")
 
 
 class Block(nnx.Module):
@@ -357,6 +360,23 @@ class Block(nnx.Module):
         self.attn = Attention(config, rngs)
         self.mlp_norm = RMSNorm(config.hidden_size, config.rms_norm_eps, config.params_dtype, rngs)
         self.mlp = MLP(config, rngs)
+
+
+def _block(
+    layer: Block,
+    x: jax.Array,
+    segment_ids: jax.Array | None,
+    *,
+    cos: jax.Array,
+    sin: jax.Array,
+    key_mask: jax.Array,
+    index: jax.Array,
+    rules: Rules,
+) -> jax.Array:
+    """One layer of a training forward (no cache): what :meth:`Transformer.hidden_states` rematerialises."""
+    attn, _ = layer.attn(layer.attn_norm(x), cos, sin, key_mask, None, index, rules, segment_ids)
+    x = constrain(x + attn, ("batch", "seq", "embed"), rules)
+    return constrain(x + layer.mlp(layer.mlp_norm(x)), ("batch", "seq", "embed"), rules)
 
 
 class Transformer(nnx.Module):
@@ -390,6 +410,7 @@ class Transformer(nnx.Module):
         input_mask: jax.Array | None = None,
         cache: KVCache | SlotCache | None = None,
         segment_ids: jax.Array | None = None,
+        remat: bool = False,
     ) -> tuple[jax.Array, KVCache | SlotCache | None]:
         """Final-norm hidden states ``[batch, seq, embed]`` and the updated cache.
 
@@ -405,9 +426,14 @@ class Transformer(nnx.Module):
           segment_ids: ``[batch, seq]`` int, for rows that pack several sequences (training only,
             no cache): a token attends only to tokens of its own segment; pass per-segment
             ``positions`` too.
+          remat: recompute each layer's activations in the backward pass instead of keeping
+            them (training only, no cache): the backward holds one layer's activations, not
+            every layer's, for about one more forward pass of compute.
         """
         if segment_ids is not None and cache is not None:
             raise ValueError("hidden_states: segment_ids (packed rows) cannot be combined with a KV cache")
+        if remat and cache is not None:
+            raise ValueError("hidden_states: remat is for training forwards; it cannot be combined with a KV cache")
         cfg, rules = self.config, self.rules
         b, s = tokens.shape
         if input_mask is None:
@@ -426,6 +452,10 @@ class Transformer(nnx.Module):
             index, key_mask = jnp.zeros((), jnp.int32), input_mask
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
+            if remat:  # only the layer's input is kept for the backward pass
+                block = functools.partial(_block, layer, cos=cos, sin=sin, key_mask=key_mask, index=index, rules=rules)
+                x = jax.checkpoint(block)(x, segment_ids)
+                continue
             kv = (cache.k[i], cache.v[i]) if cache is not None else None
             attn, kv = layer.attn(layer.attn_norm(x), cos, sin, key_mask, kv, index, rules, segment_ids)
             x = constrain(x + attn, ("batch", "seq", "embed"), rules)

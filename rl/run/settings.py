@@ -244,7 +244,7 @@ _TOP = (
 )
 _OPTIMIZER = (
     *("learning_rate", "warmup_steps", "weight_decay", "grad_clip_norm", "microbatches"),
-    *("b1", "b2", "eps", "end_lr_ratio"),
+    *("b1", "b2", "eps", "end_lr_ratio", "remat", "logits_chunk_mib"),
 )
 _SFT = ("steps", "data", "batch_size", "learning_rate", "warmup_steps", "options")
 # Optional: configs from before the check have none of them (no check).
@@ -493,7 +493,7 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
     training = loop.steps > 0
     rollout = _rollout(c["rollout"], training, ESTIMATORS[algorithm.advantage].min_valid)
     sft = _sft(c["sft"], bool(c["tasks"]))
-    optimizer = _fields(c["optimizer"], "optimizer", _OPTIMIZER)
+    optimizer = _fields(c["optimizer"], "optimizer", _OPTIMIZER, optional=("remat", "logits_chunk_mib"))
     learners = {}
     trainable = "lora" if model.lora is not None else "all"
     if sft.steps:

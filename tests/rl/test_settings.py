@@ -55,6 +55,7 @@ def _config(**fields):
         ("optimizer__warmup_steps", 4, r"config\.optimizer\.warmup_steps: expected an int in \[0, 3\] \(the rl phase"),
         ("sft__warmup_steps", 10, r"config\.sft\.warmup_steps: expected an int in \[0, 4\]"),
         ("optimizer__b2", 1.0, r"config\.optimizer\.b2: expected a float in \[0, 1\)"),
+        ("optimizer__logits_chunk_mib", -1, r"config\.optimizer\.logits_chunk_mib: expected an int >= 0"),
         ("sft__learning_rate", 0.0, r"config\.sft\.learning_rate: expected a finite float > 0"),
         ("sandbox__backend", "podman", r"config\.sandbox\.backend"),
         ("sandbox__fleet", "k8s", r"config\.sandbox\.fleet: expected one of \('local', 'ray'\), got 'k8s'"),
@@ -72,6 +73,15 @@ def _config(**fields):
 def test_bad_fields_are_named(field, value, message):
     with pytest.raises(ConfigError, match=message):
         load_settings(_config(**{field: value}))
+
+
+def test_memory_settings_reach_every_learner_and_older_configs_keep_the_defaults():
+    config = _config(optimizer=common.optimizer(1e-3, warmup_steps=1, remat=True, logits_chunk_mib=16))
+    learners = load_settings(config).learners
+    assert learners and all(ln.remat and ln.logits_chunk_mib == 16 for ln in learners.values())
+    older = _config()
+    del older.optimizer["remat"], older.optimizer["logits_chunk_mib"]
+    assert all(not ln.remat and ln.logits_chunk_mib == 64 for ln in load_settings(older).learners.values())
 
 
 def test_gspo_is_selected_by_the_loss_name_and_packs():
