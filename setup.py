@@ -34,7 +34,8 @@ EXTRAS = {
     # The Hugging Face reference: only tests and benchmarks use it. torch is
     # pinned to the CPU wheel that exists on these machines; any other version
     # pulls a multi-GB CUDA build.
-    "hf": ["transformers>=5.0,<6", "torch==2.13.0"],
+    # TRL: the DPO reference of tests/rl/test_trl_reference.py (it adds accelerate and datasets).
+    "hf": ["transformers>=5.0,<6", "torch==2.13.0", "trl==1.16.0"],
     "test": [
         "pytest>=8,<10",
         "pytest-timeout>=2.3,<3",
