@@ -82,7 +82,9 @@ class LearnerConfig:
         instead of keeping every layer's from the forward: a step holds one layer's activations
         at a time, for about a third more compute. The same gradients up to float rounding. With
         LoRA, whose step is otherwise mostly activations and the frozen weights, it is the
-        larger saving (``benchmarks/lora_memory.py``).
+        larger saving (``benchmarks/lora_memory.py``). On XLA:CPU it saves memory only with
+        ``XLA_FLAGS=--xla_cpu_enable_concurrency_optimized_scheduler=false`` in the environment:
+        the default scheduler runs every layer's recomputation ahead of the backward pass.
     """
 
     objective: str = "policy"
