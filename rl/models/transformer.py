@@ -187,7 +187,10 @@ class Attention(nnx.Module):
     def _project(self, x: jax.Array, name: str) -> jax.Array:
         dtype = self.config.compute_dtype
         w = getattr(self, name)[...].astype(dtype)
-        y = project(x, w.reshape(w.shape[0], -1)).reshape(*x.shape[:-1], *w.shape[1:])
+        if w.dtype == jnp.float32:  # float32 programs stay the ones every recorded figure came from
+            y = jnp.einsum("bse,ehd->bshd", x, w)
+        else:
+            y = project(x, w.reshape(w.shape[0], -1)).reshape(*x.shape[:-1], *w.shape[1:])
         if self.lora is not None and name in self.lora:
             y = y + self.lora[name](x)
         if self.config.qkv_bias:
