@@ -19,7 +19,7 @@ from rl.learning.learner import Learner, LearnerConfig
 from rl.learning.lm_head import chunk_positions, token_logprobs
 from rl.learning.losses import PolicyLossConfig
 from rl.learning.preference import PreferenceConfig
-from rl.models import Transformer, get_model_config, sharding
+from rl.models import ModelConfig, Transformer, get_model_config, sharding
 from rl.models.lora import LoRAConfig, LoRAParam, apply_lora
 
 VOCAB, B, T = 8192, 4, 64
@@ -66,24 +66,26 @@ def test_chunk_length_follows_the_rows_each_device_holds():
         assert chunk_positions(8, 512, 151_936, 64) == 55
 
 
-def _batch() -> TrainBatch:
-    """Two pairs (rows 0-1 chosen, 2-3 rejected: the preference layout) that also serve as RL rows."""
+def _batch(vocab: int = VOCAB, t: int = T) -> TrainBatch:
+    """Two pairs (rows 0-1 chosen, 2-3 rejected: the preference layout) that also serve as RL rows:
+    a shared prompt of ``t // 4`` tokens, rows 1 and 3 padded at the end."""
     rng = np.random.default_rng(0)
-    tokens = rng.integers(0, VOCAB, (B, T)).astype(np.int32)
-    tokens[2:, :16] = tokens[:2, :16]  # a pair shares its prompt
-    input_mask = np.ones((B, T), bool)
-    input_mask[1, 50:] = input_mask[3, 57:] = False
-    loss_mask = np.zeros((B, T), np.float32)
-    loss_mask[:, 16:] = 1.0
+    prompt = t // 4
+    tokens = rng.integers(0, vocab, (B, t)).astype(np.int32)
+    tokens[2:, :prompt] = tokens[:2, :prompt]  # a pair shares its prompt
+    input_mask = np.ones((B, t), bool)
+    input_mask[1, t - 14 :] = input_mask[3, t - 7 :] = False
+    loss_mask = np.zeros((B, t), np.float32)
+    loss_mask[:, prompt:] = 1.0
     loss_mask *= input_mask
-    zeros = np.zeros((B, T), np.float32)
+    zeros = np.zeros((B, t), np.float32)
     return TrainBatch(tokens, input_mask, loss_mask, zeros, np.array([1.0, -0.5, 0.5, -1.0], np.float32), np.ones(B))
 
 
-def _model(lora: bool, tied: bool) -> Transformer:
-    model = Transformer(MODEL.replace(tie_embeddings=tied), nnx.Rngs(0))
+def _model(lora: bool, tied: bool, config: ModelConfig = MODEL, dropout: float = 0.0) -> Transformer:
+    model = Transformer(config.replace(tie_embeddings=tied), nnx.Rngs(0))
     if lora:  # nonzero B too, else the adapters' A would get no gradient
-        model = apply_lora(model, LoRAConfig(rank=4, alpha=8.0))
+        model = apply_lora(model, LoRAConfig(rank=4, alpha=8.0, dropout=dropout))
         state = nnx.state(model, LoRAParam)
         keys = iter(jax.random.split(jax.random.key(1), len(jax.tree.leaves(state))))
         nnx.update(model, jax.tree.map(lambda x: x + 0.05 * jax.random.normal(next(keys), x.shape), state))

@@ -11,7 +11,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from rl.learning.batch import TrainBatch
 from rl.learning.learner import Learner, LearnerConfig
@@ -19,9 +18,10 @@ from rl.learning.losses import PolicyLossConfig
 from rl.learning.reward_learner import RewardLearner
 from rl.learning.reward_model import RewardModel
 from rl.models import Transformer, get_model_config, sharding
-from rl.models.lora import LoRAConfig, LoRAParam, apply_lora
 from rl.models.projection import project
 from rl.models.transformer import KVCache
+from tests.rl.test_lm_head import _batch as lm_head_batch
+from tests.rl.test_lm_head import _model as lm_head_model
 
 B, T = 4, 32
 MODEL = get_model_config("tiny")
@@ -77,26 +77,12 @@ def test_a_frozen_low_precision_weight_gets_no_float32_copy():
 
 # -- remat ------------------------------------------------------------------------------------------
 def _batch() -> TrainBatch:
-    rng = np.random.default_rng(0)
-    tokens = rng.integers(0, MODEL.vocab_size, (B, T)).astype(np.int32)
-    tokens[2:, :8] = tokens[:2, :8]  # rows 0-1 chosen, 2-3 rejected: a preference layout too
-    input_mask = np.ones((B, T), bool)
-    input_mask[1, 25:] = input_mask[3, 28:] = False
-    loss_mask = np.zeros((B, T), np.float32)
-    loss_mask[:, 8:] = 1.0
-    loss_mask *= input_mask
-    zeros = np.zeros((B, T), np.float32)
-    return TrainBatch(tokens, input_mask, loss_mask, zeros, np.array([1.0, -0.5, 0.5, -1.0], np.float32), np.ones(B))
+    return lm_head_batch(MODEL.vocab_size, T)
 
 
 def _model(lora: bool, dropout: float = 0.0, dtype: str = "float32") -> Transformer:
-    model = Transformer(MODEL.replace(dtype=dtype, param_dtype=dtype), nnx.Rngs(0))
-    if lora:  # nonzero B too, else the adapters' A would get no gradient
-        model = apply_lora(model, LoRAConfig(rank=4, alpha=8.0, dropout=dropout))
-        state = nnx.state(model, LoRAParam)
-        keys = iter(jax.random.split(jax.random.key(1), len(jax.tree.leaves(state))))
-        nnx.update(model, jax.tree.map(lambda x: x + 0.05 * jax.random.normal(next(keys), x.shape), state))
-    return model
+    config = MODEL.replace(dtype=dtype, param_dtype=dtype)
+    return lm_head_model(lora, MODEL.tie_embeddings, config, dropout)
 
 
 CASES = {
