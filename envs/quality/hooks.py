@@ -70,6 +70,27 @@ class Unavailable(Exception):
     """A domain's self-check cannot run in this installation; the message says why (and how to fix it)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    """A plausible wrong end state: played through the task's environment it must score 0.
+
+    ``actions`` are the agent's replies that reach it from the task's start state (the
+    validator submits if they leave the episode open). Authored near misses live in the
+    task data, in ``gold[NEAR_MISSES]``, as ``{"name", "why"}`` plus a solution of the
+    gold's own kind (a ``script``, a ``patch``, ``files``) that the environment turns into
+    actions as it does the gold; generated ones come from registered mutators, usually the
+    gold's actions and then one wrong step more.
+    """
+
+    name: str
+    why: str
+    actions: tuple[str, ...]
+
+
+NEAR_MISSES = "near_misses"
+Mutator = Callable[[Any, Task], Iterable[Mutant]]
+MUTATORS: dict[str, tuple[Mutator, tuple[str, ...] | None]] = {}
+
 SelfCheck = Callable[[], Iterable[Case | Sample]]
 SELF_CHECKS: dict[str, SelfCheck] = {}
 Compiler = Callable[..., list[Task]]
@@ -104,6 +125,30 @@ def register_selfcheck(name: str) -> Callable[[SelfCheck], SelfCheck]:
 def register_compiler(name: str) -> Callable[[Compiler], Compiler]:
     """Decorator: ``fn(records, *, backend) -> [Task, ...]`` compiles ``envs/data/src/<name>.yaml``."""
     return _registrar(COMPILERS, "compiler", name)
+
+
+def register_mutator(name: str, *, domains: Sequence[str] | None = None) -> Callable[[Mutator], Mutator]:
+    """Decorator: ``fn(env, task) -> [Mutant, ...]`` generates wrong end states for tasks of ``domains`` (all if None).
+
+    A mutator yields nothing for a task it does not apply to. Every mutant of every task
+    must score 0 (``python -m envs.quality.validate`` rejects a task that pays one).
+    """
+    if domains is not None and (isinstance(domains, str) or not all(isinstance(d, str) and d for d in domains)):
+        raise ValueError(f"register_mutator({name!r}, domains=): expected a list of domain names, got {domains!r}")
+    scope = None if domains is None else tuple(domains)
+
+    def wrap(fn: Mutator) -> Mutator:
+        table: dict[str, Any] = {k: v[0] for k, v in MUTATORS.items()}
+        _registrar(table, "mutator", name)(fn)
+        MUTATORS[name] = (fn, scope)
+        return fn
+
+    return wrap
+
+
+def mutators_for(domain: str) -> list[tuple[str, Mutator]]:
+    """The registered mutators that apply to ``domain``'s tasks, by name."""
+    return [(name, fn) for name, (fn, scope) in sorted(MUTATORS.items()) if scope is None or domain in scope]
 
 
 def task_fields(record: Mapping[str, Any], domain: str) -> dict[str, Any]:
