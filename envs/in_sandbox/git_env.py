@@ -14,9 +14,16 @@ output into the very command being checked (or kill git half-way, so that
   no replace refs or grafts, and takes no optional locks (``status`` then never
   writes the index, so no index hook can fire);
 * :data:`FIXED` overrides, as command-line config (``GIT_CONFIG_COUNT``, read
-  after every file, includes too), every setting with a fixed name that runs a
-  program or hides state from ``status``; ``safe.directory=*`` because the
-  repositories belong to uid 1000;
+  after every file, includes too), the settings with a fixed name that run a
+  program, and the stat-trust and index settings (``core.trustctime``,
+  ``core.checkStat``, ``core.ignoreStat``, split/sparse index, line-ending
+  conversion) that could make ``status`` report a modified file as clean;
+  ``safe.directory=*`` because the repositories belong to uid 1000;
+* what config cannot reach is state in the index itself: assume-unchanged and
+  skip-worktree bits, and stat data the agent's own git wrote. A check that
+  means "the tree equals HEAD" must therefore compare against HEAD's blobs
+  through a fresh index (``read-tree HEAD`` into a temporary ``GIT_INDEX_FILE``,
+  which has no stat data to trust), as the shell tasks do;
 * settings with an agent-chosen name (``filter.<x>.clean``, ``diff.<x>.textconv``,
   ``alias.<x>``, ``protocol.<x>.allow`` ...) are found by listing, with
   ``git config --list --name-only``, the config of every repository under the
@@ -72,8 +79,21 @@ FIXED = (
     ("core.excludesFile", "/dev/null"),
     ("core.useReplaceRefs", "false"),
     ("core.untrackedCache", "false"),
+    # every setting that makes status trust stat data or skip content: a modified file must never look clean
     ("core.ignoreStat", "false"),
+    ("core.trustctime", "true"),
+    ("core.checkStat", "default"),
     ("core.fileMode", "true"),
+    ("core.symlinks", "true"),
+    ("core.ignoreCase", "false"),
+    ("core.splitIndex", "false"),
+    ("core.sparseCheckout", "false"),
+    ("core.autocrlf", "false"),
+    ("core.eol", "lf"),
+    ("core.safecrlf", "false"),
+    ("index.sparse", "false"),
+    ("index.skipHash", "false"),
+    ("feature.manyFiles", "false"),
     ("gpg.program", "false"),
     ("gpg.openpgp.program", "false"),
     ("gpg.x509.program", "false"),

@@ -21,7 +21,13 @@ A check (``task.hidden["checks"]``) says *what* must be true, not how to test it
   ``schedule`` (``*/15`` equals ``0,15,30,45``) and whose command contains
   ``command_contains``; with ``run: true`` the command is then run, as the
   agent's user, and must exit 0 (later checks see what it did).
-* ``sqlite``: ``query`` on database ``db`` returns ``rows``.
+* ``sqlite``: ``query`` on database ``db`` returns ``rows``. A schema is checked
+  through ``pragma_table_info``/``pragma_index_list``, never by text of its SQL.
+* ``config``: ``path`` parsed as ``format`` on the host, ``values`` compared at
+  their keys (:mod:`envs.domains.shell.structured`).
+
+A ``tcp`` check may say ``expect_equals`` (the whole reply): a constant
+responder passes ``expect_contains`` checks whose texts it simply concatenates.
 
 ``http``/``tcp`` checks need the agent's processes alive, so a task that has
 them declares ``metadata.keep_services: true`` (:func:`keeps_services`); every
@@ -44,9 +50,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from envs.domains.shell.structured import judge_config, validate_config_check
 from envs.tasks import check_relative_path
 
-CHECK_TYPES = ("file", "tree", "command", "http", "tcp", "cron", "sqlite")
+CHECK_TYPES = ("file", "tree", "command", "http", "tcp", "cron", "sqlite", "config")
 NETWORK_TYPES = ("http", "tcp")
 TEXT_KEYS = ("equals", "lines", "contains", "not_contains", "regex", "sha256")
 Verdict = tuple[bool, str]
@@ -60,6 +67,8 @@ def validate_checks(checks: Any, where: str) -> None:
     for i, check in enumerate(checks):
         if not isinstance(check, Mapping) or check.get("type") not in CHECK_TYPES:
             raise ValueError(f"{where}[{i}].type: expected one of {CHECK_TYPES}, got {check!r:.80}")
+        if check["type"] == "config":
+            validate_config_check(check, f"{where}[{i}]")
         name = check_name(check, i)
         if name in names:
             raise ValueError(f"{where}[{i}].name: {name!r} is used twice")
@@ -122,6 +131,8 @@ def request_for(check: Mapping[str, Any]) -> dict[str, Any]:
         return {"op": "sqlite", "db": check["db"], "query": check["query"]}
     if kind == "cron":
         return {"op": "text", "path": check["file"]}
+    if kind == "config":
+        return {"op": "text", "path": check["path"]}
     if kind == "command":
         return {"run": check["run"], "stdin": check.get("stdin", ""), "timeout": float(check.get("timeout", 20))}
     if kind == "http":
@@ -205,7 +216,8 @@ def judge_http(c: Mapping[str, Any], obs: Mapping[str, Any]) -> Verdict:
 
 def judge_tcp(c: Mapping[str, Any], obs: Mapping[str, Any]) -> Verdict:
     text = str(obs.get("received", ""))
-    return c.get("expect_contains", "") in text, f"received {text[:200]!r}"
+    ok = c.get("expect_contains", "") in text and ("expect_equals" not in c or text == c["expect_equals"])
+    return ok, f"received {text[:200]!r}"
 
 
 def judge_tree(c: Mapping[str, Any], obs: Mapping[str, Any]) -> Verdict:
@@ -295,6 +307,7 @@ JUDGES = {
     "http": judge_http,
     "tcp": judge_tcp,
     "sqlite": judge_sqlite,
+    "config": judge_config,
 }
 
 
