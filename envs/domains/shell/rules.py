@@ -6,7 +6,9 @@ A check (``task.hidden["checks"]``) says *what* must be true, not how to test it
   regular file), ``mode`` (octal string, permission bits), ``executable``,
   ``equals``, ``lines``, ``contains``/``not_contains`` (lists), ``regex``,
   ``link_target``, ``sha256``.
-* ``tree``: the sorted relative paths of the files under ``path`` equal ``files``.
+* ``tree``: the sorted relative paths of the files under ``path`` equal ``files``,
+  and none of them is a symlink (to a file or a directory), a hardlink or a
+  special file: each could keep reachable what the task says must be gone.
 * ``command``: ``run`` (bash, in /workspace, as the judge) with ``exit_code``,
   ``stdout_equals``, ``stdout_contains``, ``stdout_regex``. The command may read
   the agent's files but must never execute them (git is safe: see
@@ -221,7 +223,9 @@ def judge_tcp(c: Mapping[str, Any], obs: Mapping[str, Any]) -> Verdict:
 
 
 def judge_tree(c: Mapping[str, Any], obs: Mapping[str, Any]) -> Verdict:
-    found = list(obs.get("files", []))
+    found, links = list(obs.get("files", [])), list(obs.get("links", []))
+    if links:
+        return False, f"links or special files reach beyond the tree: {links[:10]}"
     return found == sorted(c["files"]), f"files: {found[:20]}"
 
 

@@ -154,12 +154,26 @@ def observe_tree(item):
     def fail(exc):  # an unreadable directory could hide files: it fails the check, never shrinks it
         raise exc
 
-    found = []
-    for d, _, files in os.walk(root, onerror=fail):
-        found += [os.path.relpath(os.path.join(d, name), root) for name in files]
+    # os.walk puts a directory symlink among the directories and never enters it: reported here as an
+    # entry, with every symlink, hardlink and special file, so "only X remains" sees what still reaches elsewhere
+    found, links = [], []
+    for d, dirs, files in os.walk(root, onerror=fail):
+        for name in dirs + files:
+            path = os.path.join(d, name)
+            rel = os.path.relpath(path, root)
+            st = os.lstat(path)
+            if stat.S_ISDIR(st.st_mode):
+                continue
+            found.append(rel)
+            if stat.S_ISLNK(st.st_mode):
+                links.append(f"{rel} is a symlink to {os.readlink(path)}")
+            elif not stat.S_ISREG(st.st_mode):
+                links.append(f"{rel} is a special file")
+            elif st.st_nlink > 1:
+                links.append(f"{rel} is a hardlink ({st.st_nlink} names)")
         if len(found) > TREE_LIMIT:
             raise Refused("more than {} files under {}".format(TREE_LIMIT, item["path"]))
-    return {"files": sorted(found)}
+    return {"files": sorted(found), "links": links}
 
 
 def observe_text(item):
