@@ -7,14 +7,10 @@ and plays the task's gold as the control that the same checks pass.
 
 from __future__ import annotations
 
-import pytest
-
 from envs.domains.shell.selfcheck import gold
 from envs.quality.hooks import SUBMIT, bash, leave_running
 from envs.quality.validate import play
 from tests.envs.conftest import make_env
-
-pytestmark = pytest.mark.docker
 
 CONSTANT_RESPONDER = """
 import socket
