@@ -1,0 +1,158 @@
+"""No anomaly a policy can cause: what an episode leaves behind scores 0, never as an infrastructure failure.
+
+Anomalies are excluded from the loss, so a policy that turns its failing episode
+into one escapes its zero reward. Each hazard case is an episode, played through
+the real environment on both backends, whose one command leaves the hazard
+behind and then submits without doing the task: reward 0, no anomaly, and the
+exhausted resource named (``details["failure_kind"]``, :class:`envs.anomalies.FailureKind`).
+
+The settling itself (:func:`envs.anomalies.settle`) is shown with a judge that
+fails as infrastructure on cue, wrapped around the domain's real judge
+(:class:`HostFaults`): a failure that travels with the policy's workspace
+fails again in a fresh sandbox and is the policy's; a sandbox killed from the
+host during verification stays an anomaly; the gold solution still passes.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from envs.anomalies import FAILURE_KIND, FailureKind
+from envs.quality.hooks import SUBMIT, bash
+from envs.quality.validate import play
+from envs.verifiers import VerifyContext
+from envs.verifiers.base import Verifier, make_verifier, register_verifier
+from sandbox import AgentUnresponsive
+from tests.envs.conftest import kill_underneath, make_env
+
+ENVS = {"agentrl/RepoRepair-v0": "repair/leap-years", "agentrl/ShellOps-v0": "shell/top-clients-report"}
+
+# Each hazard, written as a policy would leave it: one command, then submit.
+FILL_DISK = "for d in /tmp /dev/shm /workspace; do dd if=/dev/zero of=$d/fill bs=1M count=4096 2>/dev/null; done; true"
+FILL_INODES = (
+    'python3 -c \'\nimport os\nfor d in ("/tmp", "/dev/shm", "/workspace"):\n    i = 0\n'
+    '    try:\n        while True:\n            open(f"{d}/n{i}", "w").close(); i += 1\n'
+    "    except OSError:\n        pass\n'"
+)
+# A System V segment filled to most of the sandbox's memory: it outlives every process and starves the judge.
+PIN_MEMORY = (
+    "python3 -c '\nimport ctypes\nlibc = ctypes.CDLL(None)\nlibc.shmat.restype = ctypes.c_void_p\n"
+    "size = 900 << 20\nseg = libc.shmget(0, ctypes.c_size_t(size), 0o1600)\n"
+    "ctypes.memset(libc.shmat(seg, None, 0), 1, size)\n'"
+)
+SPARSE = "truncate -s 100G /workspace/huge.bin && truncate -s 100G /tmp/huge.bin"
+TAKE_PIDS = "for i in $(seq 400); do nohup setsid sleep 100000 >/dev/null 2>&1 & done; sleep 0.5; true"
+# An orphan stopped and continued over and over by a detached process: every stop and continue
+# is a child notification to whoever reaps orphans (the in-sandbox agent).
+SIGNAL_FLOOD = r"""cat > /tmp/.flood.py <<'PY'
+import os, signal, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(100000)
+    os._exit(0)
+os.wait()
+time.sleep(0.2)
+me = os.getpid()
+orphans = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me
+           and open(f"/proc/{p}/cmdline", "rb").read().endswith(b".flood.py\0")]
+for pid in orphans:
+    for _ in range(1000000):
+        os.kill(pid, signal.SIGSTOP)
+        os.kill(pid, signal.SIGCONT)
+PY
+nohup setsid python3 /tmp/.flood.py >/dev/null 2>&1 &
+sleep 1"""
+
+HAZARDS = {
+    "full-disk": (FILL_DISK, FailureKind.EXHAUSTED_DISK),
+    "no-inodes": (FILL_INODES, FailureKind.EXHAUSTED_INODES),
+    "pinned-shm": (PIN_MEMORY, FailureKind.PINNED_MEMORY),
+    "sparse-file": (SPARSE, None),
+    "pid-budget": (TAKE_PIDS, None),
+    "signal-flood": (SIGNAL_FLOOD, None),
+}
+
+
+@pytest.mark.parametrize("env_id", sorted(ENVS))
+@pytest.mark.parametrize("hazard", sorted(HAZARDS))
+def test_a_hazard_left_behind_is_the_policys_failure(hazard, env_id, pool):
+    command, kind = HAZARDS[hazard]
+    env = make_env(env_id, pool)
+    verdict = play(env, env.tasks.get(ENVS[env_id]), [bash(command), SUBMIT])
+    env.close()
+    assert verdict["anomaly"] is None, verdict["anomaly"]
+    assert (verdict["reward"], verdict["passed"]) == (0.0, False), verdict["details"]
+    if kind is not None:
+        assert verdict["details"].get(FAILURE_KIND) == kind.value, verdict["details"]
+
+
+def test_the_probe_names_nothing_after_an_honest_failure(pool):
+    """Control for the kinds above: a plain wrong answer that leaves nothing behind is named nothing."""
+    env = make_env("agentrl/ShellOps-v0", pool)
+    verdict = play(env, env.tasks.get(ENVS["agentrl/ShellOps-v0"]), [bash("echo nothing > /tmp/x"), SUBMIT])
+    env.close()
+    assert (verdict["reward"], verdict["anomaly"]) == (0.0, None)
+    assert FAILURE_KIND not in verdict["details"], verdict["details"]
+
+
+# -- the settling, with a judge that fails as infrastructure on cue ------------------------------------
+DOOMED: set[str] = set()  # ids of sandboxes the next judge kills from the host, as a crashed machine would
+WEDGE = ".wedge-the-judge"  # a workspace file that makes the judge fail as infrastructure wherever it runs
+
+
+@register_verifier("test_host_faults")
+class HostFaults(Verifier):
+    """The domain's real judge (``inner``), failing as infrastructure where the test arranges it."""
+
+    OPTIONS = {"inner": "sandbox_state"}
+
+    def check(self, ctx: VerifyContext):
+        if ctx.sandbox.id in DOOMED:
+            kill_underneath(ctx.sandbox)
+        elif ctx.sandbox.exec(["test", "-e", WEDGE], user="judge", timeout=10).exit_code == 0:
+            raise AgentUnresponsive("agent gave no answer to 'killall' within 60.0s", backend=ctx.sandbox.backend)
+        return make_verifier(self.options["inner"]).check(ctx)
+
+
+def _faulty_env(env_id: str, pool):
+    inner = type(make_env(env_id, pool)).roles()["outcome"]
+    return make_env(env_id, pool, verifier={"outcome": {"verifier": "test_host_faults", "inner": inner}})
+
+
+@pytest.mark.parametrize("env_id", sorted(ENVS))
+def test_a_failure_that_travels_with_the_workspace_is_the_policys(env_id, pool):
+    env = _faulty_env(env_id, pool)
+    verdict = play(env, env.tasks.get(ENVS[env_id]), [bash(f"touch {WEDGE}"), SUBMIT])
+    env.close()
+    assert verdict["anomaly"] is None and verdict["reward"] == 0.0, verdict
+    details = verdict["details"]
+    assert details[FAILURE_KIND] == FailureKind.BROKE_SANDBOX.value
+    assert details["reverified_by"] == "snapshot" and "agent_unresponsive" in details["anomaly_in_fresh_sandbox"]
+
+
+@pytest.mark.parametrize("env_id", sorted(ENVS))
+def test_a_sandbox_killed_from_the_host_is_still_an_anomaly(env_id, pool):
+    env = _faulty_env(env_id, pool)
+    task = env.tasks.get(ENVS[env_id])
+    env.reset(options={"task": task})
+    DOOMED.add(env.sandbox.id)
+    try:
+        for action in [bash("echo working"), SUBMIT]:
+            *_, info = env.step(action)
+    finally:
+        DOOMED.clear()
+        env.close()
+    verdict = info["verification"]
+    assert verdict["anomaly"] is not None and "sandbox_" in verdict["anomaly"], verdict
+    assert FAILURE_KIND not in verdict["details"]
+
+
+@pytest.mark.parametrize("env_id", sorted(ENVS))
+def test_the_gold_solution_still_passes(env_id, pool):
+    env = _faulty_env(env_id, pool)
+    task = env.tasks.get(ENVS[env_id])
+    verdict = play(env, task, env.gold_actions(task))
+    env.close()
+    assert (verdict["reward"], verdict["passed"], verdict["anomaly"]) == (1.0, True, None), verdict["details"]
+    assert FAILURE_KIND not in verdict["details"]
