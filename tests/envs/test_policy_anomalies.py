@@ -15,6 +15,7 @@ host during verification stays an anomaly; the gold solution still passes.
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
 
 from envs.anomalies import FAILURE_KIND, FailureKind
@@ -23,7 +24,7 @@ from envs.quality.validate import play
 from envs.verifiers import VerifyContext
 from envs.verifiers.base import Verifier, make_verifier, register_verifier
 from sandbox import AgentUnresponsive
-from tests.envs.conftest import kill_underneath, make_env
+from tests.envs.conftest import make_env
 
 ENVS = {"agentrl/RepoRepair-v0": "repair/leap-years", "agentrl/ShellOps-v0": "shell/top-clients-report"}
 
@@ -109,14 +110,14 @@ class HostFaults(Verifier):
 
     def check(self, ctx: VerifyContext):
         if ctx.sandbox.id in DOOMED:
-            kill_underneath(ctx.sandbox)
+            ctx.sandbox.abort()  # SIGKILL to the sandbox's init from the host, as a job time-out or crash does
         elif ctx.sandbox.exec(["test", "-e", WEDGE], user="judge", timeout=10).exit_code == 0:
             raise AgentUnresponsive("agent gave no answer to 'killall' within 60.0s", backend=ctx.sandbox.backend)
         return make_verifier(self.options["inner"]).check(ctx)
 
 
 def _faulty_env(env_id: str, pool):
-    inner = type(make_env(env_id, pool)).roles()["outcome"]
+    inner = gym.registry[env_id].entry_point.roles()["outcome"]
     return make_env(env_id, pool, verifier={"outcome": {"verifier": "test_host_faults", "inner": inner}})
 
 
@@ -144,7 +145,9 @@ def test_a_sandbox_killed_from_the_host_is_still_an_anomaly(env_id, pool):
         DOOMED.clear()
         env.close()
     verdict = info["verification"]
-    assert verdict["anomaly"] is not None and "sandbox_" in verdict["anomaly"], verdict
+    assert verdict["anomaly"] is not None and "sandbox_" in verdict["anomaly"], {
+        k: v for k, v in verdict["details"].items() if k != "outcome"
+    }
     assert FAILURE_KIND not in verdict["details"]
 
 
