@@ -18,12 +18,12 @@ from __future__ import annotations
 import gymnasium as gym
 import pytest
 
-from envs.anomalies import FAILURE_KIND, FailureKind
+from envs.anomalies import FAILURE_KIND, FailureKind, settle
 from envs.quality.hooks import SUBMIT, bash
 from envs.quality.validate import play
-from envs.verifiers import VerifyContext
+from envs.verifiers import Verification, VerifyContext
 from envs.verifiers.base import Verifier, make_verifier, register_verifier
-from sandbox import AgentUnresponsive
+from sandbox import AgentUnresponsive, DaemonUnreachable
 from tests.envs.conftest import make_env
 
 ENVS = {"agentrl/RepoRepair-v0": "repair/leap-years", "agentrl/ShellOps-v0": "shell/top-clients-report"}
@@ -159,3 +159,45 @@ def test_the_gold_solution_still_passes(env_id, pool):
     env.close()
     assert (verdict["reward"], verdict["passed"], verdict["anomaly"]) == (1.0, True, None), verdict["details"]
     assert FAILURE_KIND not in verdict["details"]
+
+
+# -- the decision alone, each branch (no sandbox) ----------------------------------------------------------
+WEDGED = Verification.anomalous("outcome: sandbox_agent_unresponsive: no answer to 'killall'", verifier="x")
+FAILED = Verification(reward=0.0, passed=False, components={"outcome": 0.0})
+
+
+def _rejudge_with(result):
+    def rejudge(snapshot):
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+    return rejudge
+
+
+@pytest.mark.parametrize(
+    "first,snapshot,second,kind,expect",
+    [
+        # a cause no command in a sandbox can produce: never re-judged, stays an anomaly
+        (Verification.anomalous("sandbox_daemon_unreachable: gone"), lambda: b"", FAILED, None, "anomaly"),
+        (Verification.anomalous("verifier_error: KeyError"), lambda: b"", FAILED, None, "anomaly"),
+        # fails again in a fresh sandbox: the policy's, by snapshot or by replay
+        (WEDGED, lambda: b"", WEDGED, None, FailureKind.BROKE_SANDBOX),
+        (WEDGED, None, WEDGED, None, FailureKind.BROKE_SANDBOX),
+        (WEDGED, None, AgentUnresponsive("again"), FailureKind.PINNED_MEMORY, FailureKind.PINNED_MEMORY),
+        # the fresh judge gives a verdict: that is the verdict (snapshot), or the failure did not replay
+        (WEDGED, lambda: b"", FAILED, None, "verdict"),
+        (WEDGED, None, FAILED, None, "anomaly"),
+        # no fresh sandbox to be had: the harness's failure
+        (WEDGED, lambda: b"", DaemonUnreachable("no daemon"), None, "anomaly"),
+        (WEDGED, None, Verification.anomalous("sandbox_pool_timeout: full"), None, "anomaly"),
+    ],
+)
+def test_settle_decides_whose_failure_it_is(first, snapshot, second, kind, expect):
+    result = settle(first, kind=kind, snapshot=snapshot, rejudge=_rejudge_with(second))
+    if expect == "anomaly":
+        assert result is first
+    elif expect == "verdict":
+        assert not result.is_anomaly and result.details["reverified_by"] == "snapshot"
+    else:
+        assert (result.reward, result.is_anomaly, result.details[FAILURE_KIND]) == (0.0, False, expect.value)
