@@ -49,9 +49,18 @@ class FailureKind(enum.StrEnum):
     BROKE_SANDBOX = "policy_broke_sandbox"
 
 
+NO_FRESH_SANDBOX = "no_fresh_sandbox"  # the re-judging sandbox would be the episode's own (a lender's)
 # Causes (SandboxInfraError.cause) no command inside a sandbox can produce: they stay anomalies.
 HARNESS_CAUSES = frozenset(
-    {"daemon_unreachable", "backend_unavailable", "image_missing", "host_unavailable", "pool_timeout", "start_failed"}
+    {
+        "daemon_unreachable",
+        "backend_unavailable",
+        "image_missing",
+        "host_unavailable",
+        "pool_timeout",
+        "start_failed",
+        NO_FRESH_SANDBOX,
+    }
 )
 _CAUSE = re.compile(r"\bsandbox_([a-z_]+):")
 # Writable mounts whose exhaustion starves a judge; the judge itself reads them (statvfs, no shell).

@@ -385,8 +385,8 @@ class AgentEnv(gym.Env[str, str]):
         episode's tool calls replayed from the task's start state."""
         fresh = self._acquire(self.spec_for_sandbox)
         try:
-            if fresh is self.sandbox:  # a lender handed back the broken sandbox: nothing fresh to judge in
-                return Verification.anomalous("sandbox_infra: no fresh sandbox to re-verify in", verifier="env")
+            if fresh is self.sandbox:  # a lender handed back the episode's own sandbox: nothing fresh to judge in
+                raise SandboxInfraError("no fresh sandbox to re-verify in", cause=anomalies.NO_FRESH_SANDBOX)
             if snapshot is not None:
                 self.setup_sandbox(fresh, self.task)
                 fresh.restore(snapshot)
