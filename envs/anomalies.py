@@ -26,7 +26,6 @@ metrics can count how often policies break their sandboxes.
 from __future__ import annotations
 
 import enum
-import json
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -63,18 +62,9 @@ HARNESS_CAUSES = frozenset(
     }
 )
 _CAUSE = re.compile(r"\bsandbox_([a-z_]+):")
-# Writable mounts whose exhaustion starves a judge; the judge itself reads them (statvfs, no shell).
-_SPACE = (
-    "import json, os\n"
-    "out = {}\n"
-    "for d in ('/workspace', '/tmp', '/dev/shm'):\n"
-    "    try:\n"
-    "        s = os.statvfs(d)\n"
-    "        out[d] = [s.f_bavail, s.f_favail]\n"
-    "    except OSError:\n"
-    "        pass\n"
-    "print(json.dumps(out))\n"
-)
+# Writable mounts whose exhaustion starves a judge, read by the judge with one `stat -f` (no interpreter
+# start: this runs after every failed verdict). Prints "<mount> <free blocks> <free inodes>" per line.
+_SPACE = ["stat", "-f", "-c", "%n %a %d", "/workspace", "/tmp", "/dev/shm"]
 # Below this many free processes the policy has taken the pid budget (the judge needs a few).
 PID_HEADROOM = 8
 
@@ -110,10 +100,15 @@ def free_space(sandbox: Sandbox | None) -> dict[str, list[int]]:
     if sandbox is None or not sandbox.healthy:
         return {}
     try:
-        result = sandbox.exec(["python3", "-I", "-S", "-c", _SPACE], user="judge", timeout=10)
-        return json.loads(result.stdout_text) if result.exit_code == 0 else {}
-    except (SandboxInfraError, ValueError):
+        result = sandbox.exec(_SPACE, user="judge", timeout=10)
+    except SandboxInfraError:
         return {}
+    space = {}
+    for line in result.stdout_text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            space[parts[0]] = [int(parts[1]), int(parts[2])]
+    return space
 
 
 def hazard_kind(found: Mapping[str, Any], space: Mapping[str, list[int]], spec: SandboxSpec) -> FailureKind | None:
