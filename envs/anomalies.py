@@ -84,7 +84,7 @@ def policy_may_cause(anomaly: str | None) -> bool:
 def hazards(sandbox: Sandbox | None) -> dict[str, Any]:
     """What the policy left behind: processes and System V objects (from the agent, nothing spawned).
 
-    Taken before the judge kills anything; ``{}`` when the sandbox no longer answers.
+    Taken before the judge kills anything (``ipc`` outlives the kill); ``{}`` when the sandbox no longer answers.
     """
     if sandbox is None or not sandbox.healthy:
         return {}

@@ -363,17 +363,19 @@ class AgentEnv(gym.Env[str, str]):
 
     def _verify(self) -> Verification:
         """The verdict; a sandbox failure the policy may have caused is settled by :mod:`envs.anomalies`."""
+        found: dict[str, Any] = {}
         if self.episode.end_reason == "sandbox_error":
             exc = self._infra_error
             result = Verification.anomalous(f"sandbox_{getattr(exc, 'cause', 'infra')}: {exc}", verifier="env")
         else:
+            # What the policy left running, before the judge kills it (from the agent: ~1 ms, nothing spawned).
+            found = anomalies.hazards(self.sandbox)
             ctx = VerifyContext(task=self.task, sandbox=self.sandbox, episode=self.episode, max_turns=self.max_turns)
             result = self.verifier.verify(ctx)
         if result.passed:
-            return result  # the common path costs nothing more
-        # What the policy left behind, read after the judge (which kills leftover processes first).
-        found, space = anomalies.hazards(self.sandbox), anomalies.free_space(self.sandbox)
-        kind = anomalies.hazard_kind(found, space, self.spec_for_sandbox)
+            return result
+        # Space is read after the judge: its own files count, and a full mount is what starved it.
+        kind = anomalies.hazard_kind(found, anomalies.free_space(self.sandbox), self.spec_for_sandbox)
         if not result.is_anomaly:
             return anomalies.with_kind(result, kind)
         old = self.sandbox

@@ -70,8 +70,8 @@ HAZARDS = {
     "no-inodes": (FILL_INODES, FailureKind.EXHAUSTED_INODES),
     "pinned-shm": (PIN_MEMORY, FailureKind.PINNED_MEMORY),
     "sparse-file": (SPARSE, None),
-    "pid-budget": (TAKE_PIDS, None),
-    "signal-flood": (SIGNAL_FLOOD, None),
+    "pid-budget": (TAKE_PIDS, FailureKind.EXHAUSTED_PIDS),
+    "signal-flood": (SIGNAL_FLOOD, FailureKind.LEFT_PROCESSES),
 }
 
 
