@@ -97,6 +97,20 @@ def test_the_probe_names_nothing_after_an_honest_failure(pool):
     assert FAILURE_KIND not in verdict["details"], verdict["details"]
 
 
+def test_pinned_memory_that_starves_the_judge_scores_the_correct_fix_0(pool):
+    """A segment of nearly all the sandbox's memory outlives kill_all and OOM-kills the repair judge:
+    the policy's failure (reward 0, named), never an anomaly, even after the gold fix."""
+    env = make_env("agentrl/RepoRepair-v0", pool)
+    task = env.tasks.get(ENVS["agentrl/RepoRepair-v0"])
+    starved = play(env, task, [bash(PIN_MEMORY.replace("900 << 20", "1000 << 20")), *env.gold_actions(task)])
+    spared = play(env, task, [bash(PIN_MEMORY), *env.gold_actions(task)])  # control: the judge still fits
+    env.close()
+    assert (starved["reward"], starved["anomaly"]) == (0.0, None), starved["details"]
+    assert starved["details"][FAILURE_KIND] == FailureKind.PINNED_MEMORY.value
+    assert "exit 137, oom True" in str(starved["details"]["outcome"]["details"]["problems"])
+    assert (spared["reward"], spared["anomaly"]) == (1.0, None), spared["details"]
+
+
 # -- the settling, with a judge that fails as infrastructure on cue ------------------------------------
 DOOMED: set[str] = set()  # ids of sandboxes the next judge kills from the host, as a crashed machine would
 WEDGE = ".wedge-the-judge"  # a workspace file that makes the judge fail as infrastructure wherever it runs
