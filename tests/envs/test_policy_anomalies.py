@@ -114,6 +114,7 @@ def test_pinned_memory_that_starves_the_judge_scores_the_correct_fix_0(pool):
 # -- the settling, with a judge that fails as infrastructure on cue ------------------------------------
 DOOMED: set[str] = set()  # ids of sandboxes the next judge kills from the host, as a crashed machine would
 WEDGE = ".wedge-the-judge"  # a workspace file that makes the judge fail as infrastructure wherever it runs
+KILLER = ".kill-the-sandbox"  # a workspace file whose judging kills the sandbox (nothing left to snapshot)
 
 
 @register_verifier("test_host_faults")
@@ -127,6 +128,8 @@ class HostFaults(Verifier):
             ctx.sandbox.abort()  # SIGKILL to the sandbox's init from the host, as a job time-out or crash does
         elif ctx.sandbox.exec(["test", "-e", WEDGE], user="judge", timeout=10).exit_code == 0:
             raise AgentUnresponsive("agent gave no answer to 'killall' within 60.0s", backend=ctx.sandbox.backend)
+        elif ctx.sandbox.exec(["test", "-e", KILLER], user="judge", timeout=10).exit_code == 0:
+            ctx.sandbox.abort()
         return make_verifier(self.options["inner"]).check(ctx)
 
 
@@ -135,15 +138,33 @@ def _faulty_env(env_id: str, pool):
     return make_env(env_id, pool, verifier={"outcome": {"verifier": "test_host_faults", "inner": inner}})
 
 
+@pytest.mark.parametrize("marker,how", [(WEDGE, "snapshot"), (KILLER, "replay")])
 @pytest.mark.parametrize("env_id", sorted(ENVS))
-def test_a_failure_that_travels_with_the_workspace_is_the_policys(env_id, pool):
+def test_a_failure_that_travels_with_the_workspace_is_the_policys(env_id, marker, how, pool):
+    """Re-judged in a fresh sandbox (the workspace copied over, or the episode replayed when the old
+    sandbox is dead), the judge fails again: the policy's doing."""
     env = _faulty_env(env_id, pool)
-    verdict = play(env, env.tasks.get(ENVS[env_id]), [bash(f"touch {WEDGE}"), SUBMIT])
+    verdict = play(env, env.tasks.get(ENVS[env_id]), [bash(f"touch {marker}"), SUBMIT])
     env.close()
     assert verdict["anomaly"] is None and verdict["reward"] == 0.0, verdict
     details = verdict["details"]
     assert details[FAILURE_KIND] == FailureKind.BROKE_SANDBOX.value
-    assert details["reverified_by"] == "snapshot" and "agent_unresponsive" in details["anomaly_in_fresh_sandbox"]
+    assert details["reverified_by"] == how and details["anomaly_in_fresh_sandbox"].startswith("outcome: sandbox_")
+
+
+@pytest.mark.parametrize("env_id", sorted(ENVS))
+def test_a_sandbox_killed_from_the_host_mid_episode_is_still_an_anomaly(env_id, pool):
+    """The replay of the episode in a fresh sandbox judges cleanly: the failure was not the policy's."""
+    env = make_env(env_id, pool)
+    env.reset(options={"task": env.tasks.get(ENVS[env_id])})
+    env.step(bash("echo step one"))
+    env.sandbox.abort()
+    *_, info = env.step(bash("echo step two"))
+    env.close()
+    verdict = info["verification"]
+    assert info["episode"]["end_reason"] == "sandbox_error"
+    assert verdict["anomaly"] is not None and verdict["anomaly"].startswith("sandbox_"), verdict
+    assert FAILURE_KIND not in verdict["details"]
 
 
 @pytest.mark.parametrize("env_id", sorted(ENVS))
