@@ -43,6 +43,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
+from envs import anomalies
 from envs.episode import Episode, TokenCounter, ToolCallRecord, approx_tokens
 from envs.parsing import ParsedAction, ToolCallError, format_tool_call, parse_tool_calls, tool_response_block
 from envs.sandboxes import FreshSandboxes, SandboxFactory, SandboxRelease
@@ -361,11 +362,52 @@ class AgentEnv(gym.Env[str, str]):
         return messages, records
 
     def _verify(self) -> Verification:
+        """The verdict; a sandbox failure the policy may have caused is settled by :mod:`envs.anomalies`."""
+        found: dict[str, Any] = {}
         if self.episode.end_reason == "sandbox_error":
             exc = self._infra_error
-            return Verification.anomalous(f"sandbox_{getattr(exc, 'cause', 'infra')}: {exc}", verifier="env")
-        ctx = VerifyContext(task=self.task, sandbox=self.sandbox, episode=self.episode, max_turns=self.max_turns)
-        return self.verifier.verify(ctx)
+            result = Verification.anomalous(f"sandbox_{getattr(exc, 'cause', 'infra')}: {exc}", verifier="env")
+        else:
+            # What the policy left running, before the judge kills it (from the agent: ~1 ms, nothing spawned).
+            found = anomalies.hazards(self.sandbox)
+            ctx = VerifyContext(task=self.task, sandbox=self.sandbox, episode=self.episode, max_turns=self.max_turns)
+            result = self.verifier.verify(ctx)
+        if result.passed:
+            return result
+        # Space is read after the judge: its own files count, and a full mount is what starved it.
+        kind = anomalies.hazard_kind(found, anomalies.free_space(self.sandbox), self.spec_for_sandbox)
+        if not result.is_anomaly:
+            return anomalies.with_kind(result, kind)
+        old = self.sandbox
+        snapshot = old.snapshot if old is not None and old.healthy else None
+        return anomalies.settle(result, kind=kind, snapshot=snapshot, rejudge=self._rejudge)
+
+    def _rejudge(self, snapshot: Any) -> Verification:
+        """Judges again in a fresh sandbox: the final workspace restored from ``snapshot``, or (None) the
+        episode's tool calls replayed from the task's start state."""
+        fresh = self._acquire(self.spec_for_sandbox)
+        try:
+            if fresh is self.sandbox:  # a lender handed back the episode's own sandbox: nothing fresh to judge in
+                raise SandboxInfraError("no fresh sandbox to re-verify in", cause=anomalies.NO_FRESH_SANDBOX)
+            if snapshot is not None:
+                self.setup_sandbox(fresh, self.task)
+                fresh.restore(snapshot)
+            else:
+                self._replay(fresh)
+            ctx = VerifyContext(task=self.task, sandbox=fresh, episode=self.episode, max_turns=self.max_turns)
+            return self.verifier.verify(ctx)
+        finally:
+            self._release(fresh)
+
+    def _replay(self, sandbox: Sandbox) -> None:
+        """Runs the episode's tool calls again in ``sandbox`` (prepared for the task), outputs discarded."""
+        self.setup_sandbox(sandbox, self.task)
+        ctx = ToolContext(sandbox, self.task, self.tool_timeout_s, self.max_tool_output_chars)
+        for record in self.episode.tool_calls:
+            if record.malformed or record.name not in self.tools or record.name == "submit":
+                continue
+            scratch = f"/tmp/.agentrl-{record.turn}-{record.index}"
+            self.tools[record.name](dataclasses.replace(ctx, scratch=scratch), record.arguments)
 
     def _release_sandbox(self) -> None:
         sandbox, self.sandbox = self.sandbox, None
