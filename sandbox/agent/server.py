@@ -29,7 +29,7 @@ import sys
 import time
 
 from sandbox.agent import confine as confinement
-from sandbox.agent import ipc
+from sandbox.agent import ipc, signals
 from sandbox.agent.files import FileOpError, Trees
 from sandbox.agent.processes import process_table, signal_all, spawn, stopped, subprocess_error
 from sandbox.agent.protocol import encode_message, read_message
@@ -55,12 +55,7 @@ class Agent:
         self.confinement = dict(applied, writable=self.trees.paths)
         self.exited = {}  # pid -> raw wait status of reaped children we spawned
         self.wanted = set()
-        self.wake_r, wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        self.wake_r = signals.install()
 
     # -- process management -------------------------------------------------
     def reap(self):
@@ -228,10 +223,7 @@ class Agent:
                 for key, _ in sel.select(max(0.0, min(limit - now, 1.0))):
                     fd = key.fd
                     if fd == self.wake_r:
-                        try:
-                            os.read(fd, 4096)
-                        except BlockingIOError:
-                            pass
+                        signals.drain(fd)
                     elif fd == in_w:
                         try:
                             n = os.write(fd, stdin_view[:65536])
@@ -333,6 +325,7 @@ class Agent:
                 req, blobs = read_message(inp)
             except EOFError:
                 return
+            signals.drain(self.wake_r)  # wake-ups that came between execs say nothing new
             handler = getattr(self, "op_" + str(req.get("op")), None)
             try:
                 if handler is None:

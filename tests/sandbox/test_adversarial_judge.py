@@ -1,0 +1,126 @@
+"""Attacks on what surrounds the escape boundary (issue 23): the agent's own plumbing, reset, errors.
+
+Each test is an attack through the public API, fresh and pooled on both backends, with a control
+showing that the probe sees the effect when it is real.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.sandbox.test_adversarial import run_py, target  # noqa: F401 - the shared fresh/pooled fixture
+
+# Stops and continues an orphan of the agent (so each stop/continue is a SIGCHLD to PID 1) as fast as
+# it can, from a process left running between execs: before the fix this filled the agent's wake-up
+# pipe, then its stderr pipe, and the agent blocked for good on a diagnostic write.
+STOP_CONTINUE_FLOOD = r"""
+import json, os, signal, sys, time
+n = int(sys.argv[1])
+if os.fork():
+    os._exit(0)
+os.setsid()
+child = os.fork()
+if child == 0:
+    if os.fork():
+        os._exit(0)  # leaves an orphan whose parent is now the agent
+    while True:
+        time.sleep(1)
+os.waitpid(child, 0)
+time.sleep(0.2)
+orphan = [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid())
+          and open('/proc/%s/stat' % p).read().split()[3] == '1' and int(p) > os.getpid()][0]
+stat = os.open('/proc/%d/stat' % orphan, os.O_RDONLY)
+def state():
+    return os.pread(stat, 512, 0).rsplit(b')', 1)[1].split()[0]
+stopped_seen = 0
+for i in range(n):
+    os.kill(orphan, signal.SIGSTOP)
+    while state() != b'T':  # a stop the orphan never reached sends no notification
+        pass
+    stopped_seen += 1
+    os.kill(orphan, signal.SIGCONT)
+    while state() == b'T':
+        pass
+ppid = int(open('/proc/%d/stat' % orphan).read().split()[3])
+with open('/tmp/flood.json', 'w') as f:
+    json.dump({'iterations': n, 'orphan_ppid': ppid, 'stopped_seen': stopped_seen}, f)
+"""
+
+
+def test_a_stop_continue_flood_between_execs_cannot_wedge_the_agent(target):  # noqa: F811
+    target.exec(["python3", "-c", STOP_CONTINUE_FLOOD, "20000"], timeout=10)
+    time.sleep(4)  # the agent sits idle between requests while the flood runs: the window before the fix
+    r = target.exec(
+        "for i in $(seq 600); do [ -s /tmp/flood.json ] && break; sleep 0.1; done; cat /tmp/flood.json", timeout=60
+    )
+    assert r.exit_code == 0, r.stderr_text
+    done = json.loads(r.stdout)
+    # Control: the attack really ran in full against an orphan of the agent.
+    assert done["iterations"] == 20000 and done["orphan_ppid"] == 1, done
+    assert done["stopped_seen"] == 20000, done
+    for _ in range(3):
+        assert target.exec("echo alive", timeout=15).stdout_text.strip() == "alive"
+    assert target.ping()["pid"] == 1
+
+
+NOCLDSTOP_PROBE = r"""
+import os, signal, sys, time
+from sandbox.agent import signals
+wake = signals.install() if sys.argv[1] == "agent" else None
+if wake is None:  # control: Python's plain SIGCHLD handler, as the agent had it before
+    r, w = os.pipe(); os.set_blocking(r, False); os.set_blocking(w, False)
+    signal.set_wakeup_fd(w); signal.signal(signal.SIGCHLD, lambda *_: None); wake = r
+signals.drain(wake)  # what came before (find_library forks a helper) is not under test
+child = os.fork()
+if child == 0:
+    while True:
+        time.sleep(1)
+for _ in range(20):
+    os.kill(child, signal.SIGSTOP); os.waitpid(child, os.WUNTRACED)
+    os.kill(child, signal.SIGCONT); os.waitpid(child, os.WCONTINUED)
+time.sleep(0.05)
+try:
+    n = len(os.read(wake, 4096))
+except BlockingIOError:
+    n = 0
+os.kill(child, signal.SIGKILL)
+print(n)
+"""
+
+
+@pytest.mark.parametrize("handler", ["agent", "control"])
+def test_stop_and_continue_of_a_child_never_wake_the_agent(handler):
+    """SA_NOCLDSTOP: the agent's wake-up pipe hears exits only; the control (no flag) hears every stop/continue."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", NOCLDSTOP_PROBE, handler], capture_output=True, text=True, check=True)
+    wakeups = int(out.stdout)
+    if handler == "agent":
+        assert wakeups == 0
+    else:
+        assert wakeups >= 1  # the probe does see notifications when the flag is absent
+
+
+def test_the_agent_never_blocks_on_its_stderr():
+    """A full, unread stderr pipe: the agent's diagnostics are dropped, not a write that blocks PID 1."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\nfrom sandbox.agent import signals\nsignals.install()\n"
+        "n = 0\ntry:\n    while n < 1 << 22:\n        n += os.write(2, b'x' * 4096)\nexcept BlockingIOError:\n    print('dropped', n)\n"
+    )
+    r, w = os.pipe()  # nobody reads r
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], stderr=w, capture_output=False, stdout=subprocess.PIPE, timeout=60
+        )
+    finally:
+        os.close(w)
+        os.close(r)
+    assert out.stdout.startswith(b"dropped"), out.stdout  # control: the pipe did fill (a blocking fd would hang)
