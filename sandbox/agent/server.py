@@ -30,11 +30,12 @@ import time
 
 from sandbox.agent import confine as confinement
 from sandbox.agent import ipc, signals
-from sandbox.agent.files import FileOpError, Trees
+from sandbox.agent.files import FileOpError, Trees, remove_children
 from sandbox.agent.processes import process_table, signal_all, spawn, stopped, subprocess_error
 from sandbox.agent.protocol import encode_message, read_message
 
 _DRAIN_AFTER_EXIT_S = 0.05
+KILL_ALL_CLEARS = ("/dev/shm", "/dev/mqueue")  # memory no process owns; the workspace and /tmp stay
 
 
 class Agent:
@@ -144,7 +145,7 @@ class Agent:
         err_r, err_w = os.pipe()
         in_r, in_w = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), None)
         try:
-            pid = spawn(argv, env, self.users[user], cwd, in_r, out_w, err_w)
+            pid = spawn(argv, env, self.users[user], cwd, in_r, out_w, err_w, user=user)
         except (OSError, subprocess_error()) as exc:
             for fd in (out_r, out_w, err_r, err_w, in_r, in_w):
                 if fd is not None:
@@ -294,7 +295,19 @@ class Agent:
         }, []
 
     def op_killall(self, req, blobs):
+        """Kills every process and clears what outlives processes in memory, so the judge starts on clean ground.
+
+        System V IPC, POSIX message queues and ``/dev/shm`` hold memory that no process owns: a segment
+        the size of the sandbox left by the model would OOM-kill every judge process after it. The
+        workspace and ``/tmp`` stay: they are the model's work, which the judge has come to read.
+        """
         self.kill_all()
+        for path in KILL_ALL_CLEARS:
+            if os.path.isdir(path) and path in self.trees.paths:
+                remove_children(path)
+        left = ipc.remove_all()
+        if left:
+            return {"error": "agent", "message": "%d IPC objects could not be removed" % left}, []
         return {"ok": True}, []
 
     def op_snapshot(self, req, blobs):

@@ -231,7 +231,7 @@ class Sandbox(abc.ABC):
         self._call("restore", {}, [snapshot.data], timeout=BOOT_TIMEOUT_S)
 
     def kill_all(self) -> None:
-        """Kills every process in the sandbox but its agent."""
+        """Kills every process but the agent and clears System V IPC, POSIX message queues and ``/dev/shm``."""
         self._call("killall", {}, timeout=BOOT_TIMEOUT_S)
 
     def ping(self) -> dict[str, Any]:

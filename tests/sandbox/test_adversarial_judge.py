@@ -124,3 +124,38 @@ def test_the_agent_never_blocks_on_its_stderr():
         os.close(w)
         os.close(r)
     assert out.stdout.startswith(b"dropped"), out.stdout  # control: the pipe did fill (a blocking fd would hang)
+
+
+# Leaves memory that no process owns: a System V segment of most of the sandbox's memory (touched, so
+# it is really held), a POSIX message queue and a file in /dev/shm.
+LEAVE_MEMORY_BEHIND = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+size = 240 << 20
+seg = libc.shmget(0, ctypes.c_size_t(size), 0o1000 | 0o600)
+assert seg >= 0, os.strerror(ctypes.get_errno())
+addr = libc.shmat(seg, None, 0)
+ctypes.memset(addr, 1, size)
+libc.shmdt(ctypes.c_void_p(addr))
+libc.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+assert libc.mq_open(b"/left", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0, os.strerror(ctypes.get_errno())
+with open("/dev/shm/left", "wb") as f:
+    f.write(b"x" * (8 << 20))
+"""
+JUDGE_NEEDS_MEMORY = "b = b'\\x01' * (200 << 20); print(len(b) >> 20)"
+LEFT = "ipcs -m | grep -c '^0x' ; ls /dev/shm /dev/mqueue"
+
+
+def test_kill_all_leaves_no_memory_behind_for_the_judge(target):  # noqa: F811
+    r = target.exec(["python3", "-c", LEAVE_MEMORY_BEHIND], timeout=30)
+    assert r.exit_code == 0, r.stderr_text
+    left = target.exec(LEFT, user="judge").stdout_text
+    assert left.split()[0] == "1" and "left" in left, left  # control: the probe sees what was left
+    starved = target.exec(["python3", "-c", JUDGE_NEEDS_MEMORY], user="judge", timeout=30)
+    assert starved.exit_code != 0  # control: with the segment held, the judge's allocation fails
+    target.kill_all()
+    left = target.exec(LEFT, user="judge").stdout_text
+    assert left.split()[0] == "0" and "left" not in left, left
+    fed = target.exec(["python3", "-c", JUDGE_NEEDS_MEMORY], user="judge", timeout=30)
+    assert fed.exit_code == 0 and fed.stdout_text.strip() == "200", (fed.exit_code, fed.stderr_text)
