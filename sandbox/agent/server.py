@@ -42,6 +42,9 @@ class Agent:
     def __init__(self, config):
         self.workdir = config["workdir"]
         self.base_env = dict(config.get("env", {}))
+        judge = dict(config.get("judge") or {})
+        self.user_env = {"judge": dict(judge.get("env") or self.base_env)}
+        self.user_cwd = {"judge": judge.get("cwd") or self.workdir}
         self.oom_files = list(config.get("oom_files", []))
         self.users = {name: tuple(ids) for name, ids in dict(config["users"]).items()}
         self.shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
@@ -127,10 +130,10 @@ class Agent:
     def op_exec(self, req, blobs):
         cmd = req["cmd"]
         argv = [self.shell, "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        env = dict(self.base_env)
-        env.update(req.get("env") or {})
-        cwd = req.get("cwd") or self.workdir
         user = req.get("user") or "sandbox"
+        env = dict(self.user_env.get(user, self.base_env))
+        env.update(req.get("env") or {})
+        cwd = req.get("cwd") or self.user_cwd.get(user, self.workdir)
         if user not in self.users:
             return {"error": "usage", "message": "unknown user %r (one of %s)" % (user, sorted(self.users))}, []
         if not os.path.isdir(cwd):

@@ -190,6 +190,14 @@ class BwrapSandbox(Sandbox):
         for path, size_mb in ((spec.workdir, spec.workspace_mb), ("/tmp", spec.tmp_mb), ("/dev/shm", spec.tmp_mb)):
             inodes = spec.inodes_for(size_mb)
             mounts.append({"op": "tmpfs", "path": path, "options": f"size={size_mb}m,nr_inodes={inodes}"})
+        judge_inodes = spec.inodes_for(identity.JUDGE_HOME_MB)
+        mounts.append(
+            {
+                "op": "tmpfs",
+                "path": identity.JUDGE_HOME,
+                "options": f"size={identity.JUDGE_HOME_MB}m,nr_inodes={judge_inodes}",
+            }
+        )
         mounts.append({"op": "hidepid"})
         mounts += [{"op": "readonly", "path": path} for path in (*_READONLY_PROC, "/dev")]
         return mounts
@@ -227,6 +235,7 @@ class BwrapSandbox(Sandbox):
         args += ["--size", str(spec.tmp_mb << 20), "--tmpfs", "/tmp"]
         args += ["--size", str(spec.tmp_mb << 20), "--tmpfs", "/dev/shm"]
         args += ["--size", str(spec.workspace_mb << 20), "--tmpfs", spec.workdir]
+        args += ["--size", str(identity.JUDGE_HOME_MB << 20), "--tmpfs", identity.JUDGE_HOME]
         if self._cgroup is not None:
             args += ["--ro-bind", self._cgroup.oom_file, "/run/agentrl/oom"]
         args += ["--remount-ro", "/", "--chdir", "/"]

@@ -97,6 +97,9 @@ class DockerSandbox(Sandbox):
                     spec.workdir: tmpfs(spec.workspace_mb, f"mode=755,uid={uid},gid={gid}"),
                     "/tmp": tmpfs(spec.tmp_mb, "mode=1777"),
                     "/dev/shm": tmpfs(spec.tmp_mb, "mode=1777"),
+                    identity.JUDGE_HOME: tmpfs(
+                        identity.JUDGE_HOME_MB, "mode=700,uid={},gid={}".format(*identity.USERS["judge"])
+                    ),
                 },
                 log_config=docker.types.LogConfig(type="none"),
             )

@@ -320,7 +320,10 @@ if mode == "plant":
 ipc = [line.split()[:2] for kind in ("shm", "sem", "msg") for line in open("/proc/sysvipc/" + kind).readlines()[1:]]
 print(json.dumps({"writable": sorted(writable), "found": sorted(found), "ipc": ipc}))
 """
-WRITABLE = {"sandbox": ["/dev/mqueue", "/dev/shm", "/tmp", "/workspace"], "judge": ["/dev/mqueue", "/dev/shm", "/tmp"]}
+WRITABLE = {
+    "sandbox": ["/dev/mqueue", "/dev/shm", "/tmp", "/workspace"],
+    "judge": ["/dev/mqueue", "/dev/shm", "/run/agentrl/judge", "/tmp"],
+}
 
 
 def plant(sb, mode: str, user: str) -> dict:

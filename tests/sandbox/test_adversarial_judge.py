@@ -159,3 +159,42 @@ def test_kill_all_leaves_no_memory_behind_for_the_judge(target):  # noqa: F811
     assert left.split()[0] == "0" and "left" not in left, left
     fed = target.exec(["python3", "-c", JUDGE_NEEDS_MEMORY], user="judge", timeout=30)
     assert fed.exit_code == 0 and fed.stdout_text.strip() == "200", (fed.exit_code, fed.stderr_text)
+
+
+# The model's traps for a careless verifier: a .pth under $HOME (run by site at every python3 start) and
+# a module named like a stdlib one in the default cwd, each leaving a marker when it runs as the judge.
+PLANT_TRAPS = r"""
+import os, sys, sysconfig
+home = os.environ["HOME"]
+ver = "python%d.%d" % sys.version_info[:2]
+site = os.path.join(home, ".local", "lib", ver, "site-packages")
+os.makedirs(site, exist_ok=True)
+hook = "import os; open('/tmp/ran-as-%d-pth' % os.getuid(), 'w').close()\n"
+open(os.path.join(site, "trap.pth"), "w").write(hook)
+open(os.path.join(os.getcwd(), "json.py"), "w").write(hook.replace("pth", "cwd"))
+"""
+JUDGE_LOOKS = (
+    "import json, os, stat; st = os.stat(os.environ['HOME']);"
+    "print(json.dumps({'cwd': os.getcwd(), 'home': os.environ['HOME'], 'tmp': os.environ['TMPDIR'],"
+    "'mode': stat.S_IMODE(st.st_mode), 'uid': st.st_uid, 'env': sorted(os.environ)}))"
+)
+
+
+def test_the_judge_stands_on_its_own_ground(target):  # noqa: F811
+    assert target.exec(["python3", "-c", PLANT_TRAPS]).exit_code == 0
+    # Control: a judge run the old way (model's HOME and cwd) does trip both traps.
+    control = target.exec(["python3", "-c", "import json"], user="judge", cwd="/workspace", env={"HOME": "/workspace"})
+    assert control.exit_code == 0, control.stderr_text
+    tripped = target.exec("ls /tmp").stdout_text.split()
+    assert {"ran-as-1001-pth", "ran-as-1001-cwd"} <= set(tripped), tripped
+    assert target.exec("rm -f /tmp/ran-as-*", user="judge").exit_code == 0
+    r = target.exec(["python3", "-c", JUDGE_LOOKS], user="judge")
+    assert r.exit_code == 0, r.stderr_text
+    seen = json.loads(r.stdout)
+    assert seen["cwd"] == seen["home"] == seen["tmp"] == "/run/agentrl/judge", seen
+    assert (seen["mode"], seen["uid"]) == (0o700, 1001), seen
+    assert seen["env"] == ["HOME", "LANG", "PATH", "TMPDIR"], seen
+    assert "ran-as" not in target.exec("ls /tmp").stdout_text
+    # The model can neither look into nor plant in the judge's ground.
+    assert target.exec("ls /run/agentrl/judge || touch /run/agentrl/judge/x").exit_code != 0
+    assert target.exec("touch /run/agentrl/judge/x", user="judge").exit_code == 0  # control: writable to the judge
