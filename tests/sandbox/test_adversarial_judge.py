@@ -198,3 +198,26 @@ def test_the_judge_stands_on_its_own_ground(target):  # noqa: F811
     # The model can neither look into nor plant in the judge's ground.
     assert target.exec("ls /run/agentrl/judge || touch /run/agentrl/judge/x").exit_code != 0
     assert target.exec("touch /run/agentrl/judge/x", user="judge").exit_code == 0  # control: writable to the judge
+
+
+def test_an_unreachable_daemon_is_named_at_once_not_a_saturated_pool():
+    """A daemon URL that accepts connections and never answers: the pool names it and its error."""
+    import socket
+
+    from sandbox import Host, HostUnavailable, SandboxSpec, WarmPool
+    from tests.sandbox.conftest import backend_or_skip
+
+    live = backend_or_skip("docker")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        with (
+            WarmPool(Host(url, capacity=1)) as pool,
+            pytest.raises(HostUnavailable, match="no host in rotation") as caught,
+        ):
+            pool.acquire(SandboxSpec(), timeout=45)
+    assert url in str(caught.value) and "timed out" in str(caught.value), caught.value
+    assert "saturated" not in str(caught.value)
+    with WarmPool(Host(live, capacity=1)) as pool, pool.lease(SandboxSpec()) as sb:  # control: a daemon that answers
+        assert sb.exec("true").exit_code == 0
