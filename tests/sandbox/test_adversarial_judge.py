@@ -221,3 +221,23 @@ def test_an_unreachable_daemon_is_named_at_once_not_a_saturated_pool():
     assert "saturated" not in str(caught.value)
     with WarmPool(Host(live, capacity=1)) as pool, pool.lease(SandboxSpec()) as sb:  # control: a daemon that answers
         assert sb.exec("true").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "truncate -s 100M /tmp/hole1 /workspace/hole2",  # 200 MiB apparent, nothing allocated
+        "head -c 8M /dev/zero > /tmp/f && for i in $(seq 40); do ln /tmp/f /tmp/l$i; done",  # 328 MiB by name
+    ],
+    ids=["sparse", "hardlinks"],
+)
+def test_a_snapshot_of_inflated_files_is_a_file_error_not_an_oom(target, attack):  # noqa: F811
+    from sandbox import SandboxFileError
+
+    assert target.exec(attack).exit_code == 0
+    with pytest.raises(SandboxFileError, match=r"sparse|hard links"):
+        target.snapshot()
+    assert target.exec("echo alive").stdout_text.strip() == "alive"  # the agent was not OOM-killed
+    # Control: the same files made dense and unlinked down to one name snapshot fine.
+    target.exec("rm -f /tmp/l* /tmp/hole1 /workspace/hole2; head -c 8M /dev/zero > /tmp/dense")
+    assert target.snapshot().size_bytes > 8 << 20
