@@ -40,7 +40,8 @@ if [ -d /etc/sysctl.d ]; then
     >/etc/sysctl.d/60-agentrl-protected.conf
 fi
 for kv in "${protected[@]}"; do
-  [ "$(sysctl -n "${kv%%=*}" 2>/dev/null)" = "${kv#*=}" ] || sysctl -qw "$kv" \
+  knob="/proc/sys/$(printf '%s' "${kv%%=*}" | tr . /)"  # /proc/sys directly: procps may be absent
+  [ "$(cat "$knob" 2>/dev/null)" = "${kv#*=}" ] || { echo "${kv#*=}" >"$knob"; } 2>/dev/null \
     || log "cannot set $kv here (read-only /proc/sys?): a judge that writes in /tmp can be redirected"
 done
 
