@@ -30,6 +30,12 @@ from pathlib import Path
 SANDBOX_UID = SANDBOX_GID = 1000
 JUDGE_UID = JUDGE_GID = 1001
 USERS = {"sandbox": (SANDBOX_UID, SANDBOX_GID), "judge": (JUDGE_UID, JUDGE_GID)}
+# The judge's own ground: HOME, TMPDIR and default cwd of ``user="judge"`` execs. A tmpfs of its own,
+# 0700 and judge-owned, outside every path the model can write, so nothing the model plants (a
+# ``.pth`` in ``~/.local``, a module named like a stdlib one in the cwd, a symlink at a temp name) is
+# on the judge's way. Small: judge scratch only, inside the agent's memory reserve.
+JUDGE_HOME = "/run/agentrl/judge"
+JUDGE_HOME_MB = 16
 RANGE_OWNER = "agentrl-sandbox"
 RANGE_SIZE = 65536
 # Ranges are placed above what useradd hands out by default (SUB_UID_MAX = 600100000).

@@ -31,6 +31,20 @@ fi
 # Sandbox uids of the bwrap backend map onto this range, never onto host root.
 python -m sandbox.identity setup
 
+# Links, regular files and FIFOs planted in a sticky world-writable dir (/tmp) by one uid must not be
+# followed or opened for writing by another (the judge): the kernel's protected_* checks, persistently.
+# They are global (not per namespace), so a sandbox cannot set them itself. See docs/sandbox-judge.md.
+protected=(fs.protected_symlinks=1 fs.protected_hardlinks=1 fs.protected_regular=2 fs.protected_fifos=2)
+if [ -d /etc/sysctl.d ]; then
+  printf '%s\n' "# agentrl: judge and model share /tmp (scripts/system_setup.sh)" "${protected[@]}" \
+    >/etc/sysctl.d/60-agentrl-protected.conf
+fi
+for kv in "${protected[@]}"; do
+  knob="/proc/sys/$(printf '%s' "${kv%%=*}" | tr . /)"  # /proc/sys directly: procps may be absent
+  [ "$(cat "$knob" 2>/dev/null)" = "${kv#*=}" ] || { echo "${kv#*=}" >"$knob"; } 2>/dev/null \
+    || log "cannot set $kv here (read-only /proc/sys?): a judge that writes in /tmp can be redirected"
+done
+
 if [ "$want_docker" = 1 ]; then
   if ! docker info >/dev/null 2>&1; then
     log "starting dockerd (log: /var/log/agentrl-dockerd.log)"

@@ -47,7 +47,8 @@ def explain(exc: BaseException, backend: str) -> str:
     if "bubblewrap is not installed" in text:
         return f"bwrap not installed: run `{setup_fix('bwrap')}`"
     if "no Docker daemon answers" in text or "DaemonUnreachable" in type(exc).__name__:
-        return f"no Docker daemon: run `{setup_fix('docker')}` (starts dockerd), or --config.sandbox.backend=bwrap"
+        # The daemon's URL and its error come first: a wrong --docker-url is fixed differently than a stopped dockerd.
+        return f"{text}; run `{setup_fix('docker')}` (starts dockerd), or --config.sandbox.backend=bwrap"
     if ("not found" in text and "image" in text) or type(exc).__name__ == "ImageMissing":
         return f"sandbox image missing: run `{setup_fix(backend)}` ({text})"
     return f"{text} (see the README's Troubleshooting; `{setup_fix(backend)}` installs and starts what sandboxes need)"

@@ -30,7 +30,7 @@ BOOTSTRAP = (
     "sys.modules[k].main()\n"
 )
 # In dependency order; the last one's main() runs.
-_INSIDE = ("protocol", "confine", "files", "ipc", "processes", "server")
+_INSIDE = ("protocol", "confine", "files", "ipc", "processes", "signals", "server")
 
 
 @functools.cache

@@ -139,15 +139,15 @@ class Trees:
     def snapshot(self):
         """A tar of every root marked for snapshots, walked by descriptor (no symlink followed, no recursion)."""
         buf = io.BytesIO()
+        roots = [r for r in sorted(self.roots, key=lambda r: r["path"]) if r.get("snapshot", True)]
+        budget = _Budget(sum(_capacity(r["path"]) for r in roots))
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for root in sorted(self.roots, key=lambda r: r["path"]):
-                if not root.get("snapshot", True):
-                    continue
+            for root in roots:
                 base = root["path"].lstrip("/")
                 tar.addfile(_info(base, os.stat(root["path"], follow_symlinks=False)))
                 for prefix, names, dfd in walk(root["path"], base):
                     for name in names:
-                        _add(tar, prefix + "/" + name, name, dfd)
+                        _add(tar, prefix + "/" + name, name, dfd, budget)
         return buf.getvalue()
 
     def clear(self):
@@ -293,7 +293,41 @@ class _Exactly(io.RawIOBase):
         return len(chunk)
 
 
-def _add(tar, arcname, name, dir_fd):
+# A file may have this much more apparent size than it has blocks (tmpfs rounds to pages) and still
+# count as dense; a sparser one is refused: its holes would become real bytes in the tar.
+SPARSE_SLACK = 1 << 16
+
+
+def _capacity(path):
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
+class _Budget:
+    """What a snapshot may carry in all: the capacity of the mounts it copies.
+
+    The tar is built in the agent's memory, inside the sandbox's limit. Real data can never exceed the
+    mounts' size; only holes (sparse files) and hard links (one file stored once per name) can, and
+    either would make the agent OOM (a ``SandboxVanished``) where the caller must see a file error.
+    """
+
+    def __init__(self, limit):
+        self.limit, self.used = limit, 0
+
+    def take(self, path, size, allocated):
+        if size > allocated + SPARSE_SLACK:
+            raise FileOpError(
+                "snapshot: %s is sparse (%d bytes apparent, %d allocated); snapshots refuse sparse files"
+                % (path, size, allocated)
+            )
+        self.used += size
+        if self.used > self.limit:
+            raise FileOpError(
+                "snapshot: more than %d bytes of file data (the writable mounts' size; hard links?)" % self.limit
+            )
+
+
+def _add(tar, arcname, name, dir_fd, budget):
     try:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
@@ -318,8 +352,10 @@ def _add(tar, arcname, name, dir_fd):
         except OSError:
             return
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            now = os.fstat(fd)
+            if not stat.S_ISREG(now.st_mode):
                 return  # swapped for something else since the stat
+            budget.take("/" + arcname, st.st_size, max(now.st_blocks, st.st_blocks) * 512)
             info.size = st.st_size
             tar.addfile(info, io.BufferedReader(_Exactly(fd, st.st_size)))
         finally:

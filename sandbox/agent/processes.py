@@ -45,7 +45,14 @@ def signal_all(pids, sig):
             pass
 
 
-def _start_as(uid, gid, cwd):
+# The judge's commands are the OOM killer's second choice: when judge work meets the sandbox's memory
+# limit, whatever the model's commands still hold is killed first (a judge that itself runs away is
+# still killed before the agent, whose score is 0). Raising a score needs no capability.
+OOM_SCORE_ADJ = {"judge": 500}
+DEFAULT_OOM_SCORE_ADJ = 1000
+
+
+def _start_as(uid, gid, cwd, oom_score_adj=DEFAULT_OOM_SCORE_ADJ):
     """In the child before exec: raise its OOM score, lower its priority, become ``uid``, enter ``cwd``.
 
     The OOM score is set first, while the child may still write its own ``/proc`` files, so a fork
@@ -58,7 +65,7 @@ def _start_as(uid, gid, cwd):
     def start():
         try:
             with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")
+                f.write(str(oom_score_adj))
         except OSError:
             pass
         os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
@@ -68,8 +75,8 @@ def _start_as(uid, gid, cwd):
     return start
 
 
-def spawn(argv, env, ids, cwd, stdin_fd, out_fd, err_fd):
-    """Starts a command as ``ids`` (uid, gid) in ``cwd``; returns its pid (the agent reaps it)."""
+def spawn(argv, env, ids, cwd, stdin_fd, out_fd, err_fd, user="sandbox"):
+    """Starts a command of ``user`` as ``ids`` (uid, gid) in ``cwd``; returns its pid (the agent reaps it)."""
     import subprocess  # deferred: only exec needs it
 
     proc = subprocess.Popen(
@@ -80,7 +87,9 @@ def spawn(argv, env, ids, cwd, stdin_fd, out_fd, err_fd):
         env=env,
         start_new_session=True,
         close_fds=True,
-        preexec_fn=_start_as(ids[0], ids[1], cwd),  # safe: the agent is single-threaded
+        preexec_fn=_start_as(
+            ids[0], ids[1], cwd, OOM_SCORE_ADJ.get(user, DEFAULT_OOM_SCORE_ADJ)
+        ),  # safe: the agent is single-threaded
     )
     proc.returncode = 0  # the agent reaps; stop Popen from ever waiting on it
     return proc.pid

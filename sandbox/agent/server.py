@@ -29,18 +29,22 @@ import sys
 import time
 
 from sandbox.agent import confine as confinement
-from sandbox.agent import ipc
-from sandbox.agent.files import FileOpError, Trees
+from sandbox.agent import ipc, signals
+from sandbox.agent.files import FileOpError, Trees, remove_children
 from sandbox.agent.processes import process_table, signal_all, spawn, stopped, subprocess_error
 from sandbox.agent.protocol import encode_message, read_message
 
 _DRAIN_AFTER_EXIT_S = 0.05
+KILL_ALL_CLEARS = ("/dev/shm", "/dev/mqueue")  # memory no process owns; the workspace and /tmp stay
 
 
 class Agent:
     def __init__(self, config):
         self.workdir = config["workdir"]
         self.base_env = dict(config.get("env", {}))
+        judge = dict(config.get("judge") or {})
+        self.user_env = {"judge": dict(judge.get("env") or self.base_env)}
+        self.user_cwd = {"judge": judge.get("cwd") or self.workdir}
         self.oom_files = list(config.get("oom_files", []))
         self.users = {name: tuple(ids) for name, ids in dict(config["users"]).items()}
         self.shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"
@@ -55,12 +59,7 @@ class Agent:
         self.confinement = dict(applied, writable=self.trees.paths)
         self.exited = {}  # pid -> raw wait status of reaped children we spawned
         self.wanted = set()
-        self.wake_r, wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        self.wake_r = signals.install()
 
     # -- process management -------------------------------------------------
     def reap(self):
@@ -131,10 +130,10 @@ class Agent:
     def op_exec(self, req, blobs):
         cmd = req["cmd"]
         argv = [self.shell, "-c", cmd] if isinstance(cmd, str) else list(cmd)
-        env = dict(self.base_env)
-        env.update(req.get("env") or {})
-        cwd = req.get("cwd") or self.workdir
         user = req.get("user") or "sandbox"
+        env = dict(self.user_env.get(user, self.base_env))
+        env.update(req.get("env") or {})
+        cwd = req.get("cwd") or self.user_cwd.get(user, self.workdir)
         if user not in self.users:
             return {"error": "usage", "message": "unknown user %r (one of %s)" % (user, sorted(self.users))}, []
         if not os.path.isdir(cwd):
@@ -149,7 +148,7 @@ class Agent:
         err_r, err_w = os.pipe()
         in_r, in_w = os.pipe() if stdin else (os.open(os.devnull, os.O_RDONLY), None)
         try:
-            pid = spawn(argv, env, self.users[user], cwd, in_r, out_w, err_w)
+            pid = spawn(argv, env, self.users[user], cwd, in_r, out_w, err_w, user=user)
         except (OSError, subprocess_error()) as exc:
             for fd in (out_r, out_w, err_r, err_w, in_r, in_w):
                 if fd is not None:
@@ -228,10 +227,7 @@ class Agent:
                 for key, _ in sel.select(max(0.0, min(limit - now, 1.0))):
                     fd = key.fd
                     if fd == self.wake_r:
-                        try:
-                            os.read(fd, 4096)
-                        except BlockingIOError:
-                            pass
+                        signals.drain(fd)
                     elif fd == in_w:
                         try:
                             n = os.write(fd, stdin_view[:65536])
@@ -302,7 +298,19 @@ class Agent:
         }, []
 
     def op_killall(self, req, blobs):
+        """Kills every process and clears what outlives processes in memory, so the judge starts on clean ground.
+
+        System V IPC, POSIX message queues and ``/dev/shm`` hold memory that no process owns: a segment
+        the size of the sandbox left by the model would OOM-kill every judge process after it. The
+        workspace and ``/tmp`` stay: they are the model's work, which the judge has come to read.
+        """
         self.kill_all()
+        for path in KILL_ALL_CLEARS:
+            if os.path.isdir(path) and path in self.trees.paths:
+                remove_children(path)
+        left = ipc.remove_all()
+        if left:
+            return {"error": "agent", "message": "%d IPC objects could not be removed" % left}, []
         return {"ok": True}, []
 
     def op_snapshot(self, req, blobs):
@@ -333,6 +341,7 @@ class Agent:
                 req, blobs = read_message(inp)
             except EOFError:
                 return
+            signals.drain(self.wake_r)  # wake-ups that came between execs say nothing new
             handler = getattr(self, "op_" + str(req.get("op")), None)
             try:
                 if handler is None:

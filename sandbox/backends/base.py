@@ -74,6 +74,7 @@ class Snapshot:
 def writable_roots(spec: SandboxSpec) -> list[dict[str, Any]]:
     """Every directory a command can write, with its owner and mode: what a reset empties and a probe lists."""
     uid, gid = identity.USERS["sandbox"]
+    judge_uid, judge_gid = identity.USERS["judge"]
     shared = {"uid": 0, "gid": 0, "mode": 0o1777, "snapshot": True}
     return [
         {"path": spec.workdir, "uid": uid, "gid": gid, "mode": 0o755, "snapshot": True},
@@ -81,6 +82,8 @@ def writable_roots(spec: SandboxSpec) -> list[dict[str, Any]]:
         {"path": "/dev/shm", **shared},
         # POSIX message queues: writable by anyone, emptied on reset, never snapshotted.
         {"path": "/dev/mqueue", **shared, "snapshot": False, "optional": True},
+        # The judge's ground: emptied on reset like the others, never snapshotted (not the model's state).
+        {"path": identity.JUDGE_HOME, "uid": judge_uid, "gid": judge_gid, "mode": 0o700, "snapshot": False},
     ]
 
 
@@ -129,8 +132,11 @@ class Sandbox(abc.ABC):
         """Starts the agent: it confines itself (``boot_mounts`` first) and then serves requests."""
         env = {"PATH": BASE_PATH, "HOME": self.spec.workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
         env.update(self.spec.env)
+        # The judge's minimal environment: nothing from the spec, nothing that points at model ground.
+        judge_env = {"PATH": BASE_PATH, "HOME": identity.JUDGE_HOME, "LANG": "C.UTF-8", "TMPDIR": identity.JUDGE_HOME}
         config = {
             "workdir": self.spec.workdir,
+            "judge": {"env": judge_env, "cwd": identity.JUDGE_HOME},
             "writable": writable_roots(self.spec),
             "users": {name: list(ids) for name, ids in identity.USERS.items()},
             "env": env,
@@ -231,7 +237,7 @@ class Sandbox(abc.ABC):
         self._call("restore", {}, [snapshot.data], timeout=BOOT_TIMEOUT_S)
 
     def kill_all(self) -> None:
-        """Kills every process in the sandbox but its agent."""
+        """Kills every process but the agent and clears System V IPC, POSIX message queues and ``/dev/shm``."""
         self._call("killall", {}, timeout=BOOT_TIMEOUT_S)
 
     def ping(self) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from sandbox.agent.confine import AGENT_CAPS
 from sandbox.backends.base import Backend, Sandbox
 from sandbox.backends.cgroups import SandboxCgroup, cgroup_version, gc_cgroups
 from sandbox.backends.channel import PipeTransport
+from sandbox.backends.drain import StderrDrain
 from sandbox.errors import (
     BackendUnavailable,
     ImageMissing,
@@ -79,6 +80,7 @@ class BwrapSandbox(Sandbox):
     def __init__(self, spec: SandboxSpec, backend: BwrapBackend):
         super().__init__(spec)
         self._proc: subprocess.Popen | None = None
+        self._stderr: StderrDrain | None = None
         self._init_pidfd: int | None = None
         self._pidfd_lock = threading.Lock()  # abort() may race close(): never signal a recycled descriptor
         self._cgroup: SandboxCgroup | None = None
@@ -141,6 +143,7 @@ class BwrapSandbox(Sandbox):
             finally:
                 for fd in (info_w, block_r, seccomp_fd):
                     os.close(fd)
+            self._stderr = StderrDrain(self._proc.stderr, name=self.id)
             child = self._read_child_pid(info_r)
             self._init_pidfd = os.pidfd_open(child)  # it waits on us: alive, so this names it (no pid reuse)
             # bwrap waits on block_r: map the ids and place the init in its cgroup before anything runs.
@@ -187,6 +190,14 @@ class BwrapSandbox(Sandbox):
         for path, size_mb in ((spec.workdir, spec.workspace_mb), ("/tmp", spec.tmp_mb), ("/dev/shm", spec.tmp_mb)):
             inodes = spec.inodes_for(size_mb)
             mounts.append({"op": "tmpfs", "path": path, "options": f"size={size_mb}m,nr_inodes={inodes}"})
+        judge_inodes = spec.inodes_for(identity.JUDGE_HOME_MB)
+        mounts.append(
+            {
+                "op": "tmpfs",
+                "path": identity.JUDGE_HOME,
+                "options": f"size={identity.JUDGE_HOME_MB}m,nr_inodes={judge_inodes}",
+            }
+        )
         mounts.append({"op": "hidepid"})
         mounts += [{"op": "readonly", "path": path} for path in (*_READONLY_PROC, "/dev")]
         return mounts
@@ -224,6 +235,7 @@ class BwrapSandbox(Sandbox):
         args += ["--size", str(spec.tmp_mb << 20), "--tmpfs", "/tmp"]
         args += ["--size", str(spec.tmp_mb << 20), "--tmpfs", "/dev/shm"]
         args += ["--size", str(spec.workspace_mb << 20), "--tmpfs", spec.workdir]
+        args += ["--size", str(identity.JUDGE_HOME_MB << 20), "--tmpfs", identity.JUDGE_HOME]
         if self._cgroup is not None:
             args += ["--ro-bind", self._cgroup.oom_file, "/run/agentrl/oom"]
         args += ["--remount-ro", "/", "--chdir", "/"]
@@ -232,7 +244,7 @@ class BwrapSandbox(Sandbox):
     def _diagnose(self, reason: str) -> SandboxInfraError:
         proc = self._proc
         if proc is not None and proc.poll() is not None:
-            err = proc.stderr.read().decode("utf-8", "replace").strip()[-2000:] if proc.stderr else ""
+            err = self._stderr.tail(wait_s=2.0)[-2000:] if self._stderr is not None else ""
             return SandboxVanished(f"{reason}; bwrap exited with {proc.returncode}: {err}", backend=self.backend)
         return SandboxInfraError(reason, backend=self.backend, cause="agent_lost")
 
@@ -259,7 +271,7 @@ class BwrapSandbox(Sandbox):
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 log.warning("bwrap sandbox %s did not exit after SIGKILL", self.id)
-            for stream in (proc.stdin, proc.stdout, proc.stderr):
+            for stream in (proc.stdin, proc.stdout):  # stderr is closed by its drain at EOF
                 try:
                     stream.close()
                 except (OSError, AttributeError):

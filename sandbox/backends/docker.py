@@ -36,6 +36,8 @@ from sandbox.errors import (
 )
 from sandbox.spec import SandboxSpec
 
+# How long the first contact with a daemon may take: an unreachable daemon must be named within seconds.
+CONNECT_TIMEOUT_S = 5.0
 log = logging.getLogger(__name__)
 
 _OOM_FILES = ["/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"]
@@ -97,6 +99,9 @@ class DockerSandbox(Sandbox):
                     spec.workdir: tmpfs(spec.workspace_mb, f"mode=755,uid={uid},gid={gid}"),
                     "/tmp": tmpfs(spec.tmp_mb, "mode=1777"),
                     "/dev/shm": tmpfs(spec.tmp_mb, "mode=1777"),
+                    identity.JUDGE_HOME: tmpfs(
+                        identity.JUDGE_HOME_MB, "mode=700,uid={},gid={}".format(*identity.USERS["judge"])
+                    ),
                 },
                 log_config=docker.types.LogConfig(type="none"),
             )
@@ -243,13 +248,14 @@ class DockerBackend(Backend):
                     client = docker.DockerClient(
                         base_url=self.url,
                         version="auto",
-                        timeout=self._timeout,
+                        timeout=min(self._timeout, CONNECT_TIMEOUT_S),  # a TCP peer that never answers
                         max_pool_size=self._pool,
                         # ssh:// through the system `ssh` binary (as the docker CLI does): no paramiko
                         # needed, and ~/.ssh/config, agents and known_hosts apply.
                         use_ssh_client=self.url.startswith("ssh://"),
                     )
                     client.ping()
+                    client.api.timeout = self._timeout  # answered: requests get their full time again
                 except Exception as exc:  # noqa: BLE001 - every way of not reaching it
                     raise DaemonUnreachable(
                         f"no Docker daemon answers at {self.url} ({exc.__class__.__name__}: {exc}); "

@@ -77,6 +77,7 @@ class Host:
             raise SandboxUsageError(f"Host.max_sandboxes: expected >= capacity ({capacity}), got {max_sandboxes}")
         # -- state, guarded by the owning pool's lock --------------------------
         self.healthy = True
+        self.answered = False  # has its backend ever made a sandbox or passed a probe since the pool began
         self.down_reason = ""
         self.next_probe = 0.0
         self.probe_backoff_s = 0.0
@@ -143,6 +144,8 @@ class Host:
         if not self.healthy:
             log.warning("host %s back in rotation", self.name)
         self.healthy = True
+        self.answered = True
+        self.answered = False  # has its backend ever made a sandbox or passed a probe since the pool began
         self.down_reason = ""
         self.probe_backoff_s = 0.0
 

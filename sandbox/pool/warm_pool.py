@@ -132,11 +132,24 @@ class WarmPool:
                     errors = [h.missing_images[spec.image][2] for h in healthy if spec.image in h.missing_images]
                     raise ImageMissing(f"no healthy host has {spec.image}: {errors[-1]}", backend="pool")
                 no_host_since = None if healthy else (no_host_since or now)
-                if no_host_since is not None and now - no_host_since >= self.config.no_host_timeout_s:
+                if no_host_since is not None:
+                    # The cause, not the symptom: with every host out of rotation, waiting for a free
+                    # slot can only end in a time-out that hides why. A pool none of whose hosts ever
+                    # answered stops at once; one whose hosts went down waits out a daemon restart.
                     down = "; ".join(f"{h.name}: {h.down_reason}" for h in self.hosts)
-                    raise HostUnavailable(
-                        f"no host in rotation for {now - no_host_since:.0f}s ({down})", backend="pool"
-                    )
+                    never = not any(h.answered for h in self.hosts)
+                    waited = now - no_host_since
+                    if (
+                        never
+                        or waited >= self.config.no_host_timeout_s
+                        or (timeout is not None and now - start >= timeout)
+                    ):
+                        what = (
+                            "no host in rotation: none has answered since the pool started"
+                            if never
+                            else f"no host in rotation for {waited:.0f}s"
+                        )
+                        raise HostUnavailable(f"{what} ({down})", backend="pool")
                 if timeout is not None and now - start >= timeout:
                     raise PoolTimeout(f"no sandbox free within {timeout}s (pool saturated)", backend="pool")
                 state.cond.wait(0.25 if timeout is None else max(0.0, min(0.25, start + timeout - now)))
@@ -153,6 +166,7 @@ class WarmPool:
             raise
         with state.cond:
             host.leased -= 1
+            host.answered = True
             closed = state.closed
             if not closed:
                 state.add(entry)

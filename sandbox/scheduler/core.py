@@ -334,6 +334,16 @@ class SchedulerCore:
         self._flush()
         return True
 
+    def _cancel_many(self, states: list[JobState]) -> int:
+        """Cancels several jobs under one hold of the lock, so no slot one frees goes to another of them."""
+        with self._cond:
+            live = [st for st in states if st.phase != "done"]
+            for st in sorted(live, key=lambda st: st.phase == "running"):  # queued ones first
+                self._end(st, CANCELLED, cause="cancelled", error="cancelled by the caller")
+            self._cond.notify_all()
+        self._flush()
+        return len(live)
+
     def _flush(self) -> None:
         """Delivers results and kills sandboxes outside the lock (callbacks may call back into us)."""
         with self._lock:

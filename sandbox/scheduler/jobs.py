@@ -181,6 +181,7 @@ class JobHandle:
         self.job = job
         self.future: cf.Future[JobResult] = cf.Future()
         self._canceller = canceller  # ends this job in the scheduler that queued it
+        self._state: object = None  # the scheduler's state of this job, for cancelling a batch at once
 
     def done(self) -> bool:
         return self.future.done()
@@ -206,8 +207,9 @@ class JobHandle:
 class Batch:
     """Handles of jobs submitted together: results in submission or completion order, sync or async."""
 
-    def __init__(self, handles: Sequence[JobHandle]):
+    def __init__(self, handles: Sequence[JobHandle], canceller: Callable[[Sequence[JobHandle]], int] | None = None):
         self.handles = list(handles)
+        self._canceller = canceller  # ends several jobs at once in the scheduler that queued them
 
     def __len__(self) -> int:
         return len(self.handles)
@@ -239,8 +241,15 @@ class Batch:
         return list(await asyncio.gather(*(asyncio.wrap_future(h.future) for h in self.handles)))
 
     def cancel(self) -> int:
-        """Cancels every job of the batch that has not ended; returns how many it cancelled."""
-        return sum(h.cancel() for h in self.handles if not h.done())
+        """Cancels every job of the batch that has not ended, all at once; returns how many it cancelled.
+
+        At once, not one by one: cancelling a running job frees its slot, and a queued job of the
+        same batch not yet cancelled would start in it (a sandbox made for a cancelled batch).
+        """
+        pending = [h for h in self.handles if not h.done()]
+        if self._canceller is not None:
+            return self._canceller(pending)
+        return sum(h.cancel() for h in pending)
 
     def done(self) -> bool:
         return all(h.done() for h in self.handles)

@@ -24,7 +24,7 @@ import heapq
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sandbox.errors import SandboxClosed, SandboxUsageError
@@ -118,6 +118,7 @@ class Scheduler(SchedulerCore):
             now = time.monotonic()
             deadline = now + job.deadline_s if job.deadline_s else float("inf")
             st = JobState(seq, key, job, handle, now, deadline, job.max_attempts or self.retry.max_attempts)
+            handle._state = st  # for Batch.cancel, which ends several jobs under one lock
             if job.key is not None:
                 self._by_key[key] = handle
                 while len(self._by_key) > self.max_remembered_keys and next(iter(self._by_key.values())).done():
@@ -132,7 +133,10 @@ class Scheduler(SchedulerCore):
 
     def submit_batch(self, jobs: Iterable[Job | Callable]) -> Batch:
         """Queues several jobs; the :class:`Batch` gives their results in order, as completed, or async."""
-        return Batch([self.submit(job) for job in jobs])
+        return Batch([self.submit(job) for job in jobs], canceller=self._cancel_handles)
+
+    def _cancel_handles(self, handles: Sequence[JobHandle]) -> int:
+        return self._cancel_many([h._state for h in handles if h._state is not None])
 
     def run(
         self, jobs: Iterable[Job | Callable], *, enough: int | None = None, timeout: float | None = None

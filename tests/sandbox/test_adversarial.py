@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import socket
 import subprocess
 import time
@@ -68,18 +69,22 @@ def test_host_files_and_docker_socket_are_invisible(hostile, tmp_path):
         secret.unlink()
 
 
+# Becomes uid 0 for real (all three ids) and says so, or fails: exit 0 only where root is reachable.
+SETUID_ROOT = "python3 -c 'import os; os.setresuid(0, 0, 0); assert os.getresuid() == (0, 0, 0)'"
+
+
 @pytest.mark.parametrize(
     "cmd",
     [
         "mount -t tmpfs none /mnt",
         "unshare -r true",
         "unshare -m true",
-        "python3 -c 'import os; os.setuid(1000); os.setuid(0)'",
+        SETUID_ROOT,
         "chroot / true",
         "mknod /tmp/sda b 8 0",
         "python3 -c 'import ctypes; l = ctypes.CDLL(None); assert l.unshare(0x10000000) == 0'",
         "ip link set lo down",
-        "kill -9 1; sleep 0.2; kill -0 1 && exit 1",
+        "kill -9 1",
     ],
     ids=[
         "mount",
@@ -97,6 +102,15 @@ def test_privilege_escalation_fails(hostile, cmd):
     r = hostile.exec(cmd, timeout=10)
     assert r.exit_code != 0, (cmd, r)
     assert "0000000000000000" in hostile.exec("grep CapEff /proc/self/status").stdout_text
+    assert hostile.ping()["pid"] == 1  # the agent is still there (kill-agent did not land)
+
+
+def test_privilege_escalation_probes_see_success_when_it_is_real(hostile):
+    """Controls: each probe above exits 0 where its effect is allowed, so its non-zero exit inside means denial."""
+    if os.geteuid() == 0:  # root on the host: the setuid probe does become uid 0 there
+        assert subprocess.run(["sh", "-c", SETUID_ROOT], capture_output=True).returncode == 0
+    r = hostile.exec("sleep 30 & kill -9 $!", timeout=10)  # killing a process the command may signal works
+    assert r.exit_code == 0, r.stderr_text
 
 
 def test_state_is_invisible_to_the_next_sandbox(backend):
@@ -320,7 +334,10 @@ if mode == "plant":
 ipc = [line.split()[:2] for kind in ("shm", "sem", "msg") for line in open("/proc/sysvipc/" + kind).readlines()[1:]]
 print(json.dumps({"writable": sorted(writable), "found": sorted(found), "ipc": ipc}))
 """
-WRITABLE = {"sandbox": ["/dev/mqueue", "/dev/shm", "/tmp", "/workspace"], "judge": ["/dev/mqueue", "/dev/shm", "/tmp"]}
+WRITABLE = {
+    "sandbox": ["/dev/mqueue", "/dev/shm", "/tmp", "/workspace"],
+    "judge": ["/dev/mqueue", "/dev/shm", "/run/agentrl/judge", "/tmp"],
+}
 
 
 def plant(sb, mode: str, user: str) -> dict:

@@ -64,7 +64,15 @@ def test_write_and_read_files(sandbox):
 def test_writing_outside_writable_dirs_fails(sandbox):
     with pytest.raises(SandboxFileError, match="/usr/evil"):
         sandbox.write_files({"/usr/evil": "x"})
-    assert sandbox.exec("touch /etc/evil").exit_code != 0
+    # A `touch` as uid 1000 fails on any host; the mount's own read-only flag is what protects /etc
+    # from the agent too. Control: the probe reports a writable mount (/tmp) as writable.
+    ro = "import os, sys; print(*[bool(os.statvfs(p).f_flag & os.ST_RDONLY) for p in sys.argv[1:]])"
+    assert sandbox.exec(["python3", "-c", ro, "/etc", "/usr", "/", "/tmp"]).stdout_text.split() == [
+        "True",
+        "True",
+        "True",
+        "False",
+    ]
 
 
 def test_snapshot_restore_puts_files_back_and_kills_processes(sandbox):
