@@ -1,0 +1,106 @@
+"""Kernel resources a sandbox shares with its host and siblings: socket families and socket memory.
+
+Each attack runs on both backends, in a fresh sandbox and in one reused from a
+warm pool after a dirty lease. Each probe has a control showing it sees the
+effect when the effect is real: the same probe run on the host (where nothing
+filters it), or the same load with the bound lifted.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sandbox import Host, WarmPool, seccomp
+from tests.sandbox.conftest import HOSTILE_SPEC as SPEC
+
+
+@pytest.fixture(params=["fresh", "pooled"])
+def target(backend, request):
+    """A sandbox as code meets it: fresh, or reused from a warm pool after a dirty lease."""
+    if request.param == "fresh":
+        with backend.create(SPEC) as sb:
+            yield sb
+        return
+    with WarmPool(Host(backend, capacity=1)) as pool:
+        with pool.lease(SPEC) as first:
+            first.exec("echo dirty > /workspace/x; sleep 600 >/dev/null 2>&1 &")
+            first_id = first.id
+        with pool.lease(SPEC) as sb:
+            assert sb.id == first_id, "the pool did not reuse the sandbox"
+            yield sb
+
+
+# Creates a socket of each (family, type, protocol) by raw syscall (no libc wrapper to argue with)
+# and reports [fd or -1, errno]. Families by number: 40 AF_VSOCK, 17 AF_PACKET, 38 AF_ALG,
+# 15 AF_KEY, 31 AF_BLUETOOTH; 0x100000028 is AF_VSOCK with high bits a 64-bit compare would see.
+SOCKETS = r"""
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+for name, nr, family, kind, proto in json.loads(sys.argv[1]):
+    ctypes.set_errno(0)
+    if nr == 53:
+        pair = (ctypes.c_int * 2)()
+        r = libc.syscall(nr, ctypes.c_long(family), kind, proto, pair)
+    else:
+        r = libc.syscall(nr, ctypes.c_long(family), kind, proto)
+    out[name] = [0 if r >= 0 else -1, ctypes.get_errno()]
+print(json.dumps(out))
+"""
+_SOCKET, _SOCKETPAIR = 41, 53  # x86-64 numbers; the probe calls them raw
+STREAM, DGRAM, RAW = 1, 2, 3
+ALLOWED = [
+    ("unix", _SOCKET, 1, STREAM, 0),
+    ("unix-pair", _SOCKETPAIR, 1, STREAM, 0),
+    ("inet", _SOCKET, 2, STREAM, 0),
+    ("inet6", _SOCKET, 10, DGRAM, 0),
+    ("netlink-route", _SOCKET, 16, RAW, 0),
+]
+DENIED = [
+    ("vsock", _SOCKET, 40, STREAM, 0),
+    ("vsock-high-bits", _SOCKET, 0x1_0000_0028, STREAM, 0),
+    ("vsock-pair", _SOCKETPAIR, 40, STREAM, 0),
+    ("packet", _SOCKET, 17, RAW, 0),
+    ("alg", _SOCKET, 38, 5, 0),
+    ("key", _SOCKET, 15, RAW, 2),
+    ("netlink-audit", _SOCKET, 16, RAW, 9),
+    ("netlink-uevent", _SOCKET, 16, DGRAM, 15),
+]
+
+
+def _probe_host(cases) -> dict:
+    r = subprocess.run([sys.executable, "-c", SOCKETS, json.dumps(cases)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+@pytest.mark.parametrize("user", ["sandbox", "judge"])
+def test_only_allowed_socket_families_can_be_created(target, user):
+    """AF_UNIX/INET/INET6 and NETLINK_ROUTE work; every other family is EAFNOSUPPORT, whatever its encoding."""
+    r = target.exec(["python3", "-c", SOCKETS, json.dumps(ALLOWED + DENIED)], user=user, timeout=30)
+    assert r.exit_code == 0, r.stderr_text
+    out = json.loads(r.stdout)
+    for name, *_ in ALLOWED:  # control: the probe creates what is allowed
+        assert out[name] == [0, 0], (name, out[name])
+    wrong = {name: out[name] for name, *_ in DENIED if out[name] != [-1, errno.EAFNOSUPPORT]}
+    assert not wrong, f"denied families created or failed otherwise: {wrong}"
+
+
+def test_the_socket_probe_sees_families_the_host_kernel_offers():
+    """Control: unfiltered, the same probe creates families the sandbox denies (host root has them)."""
+    out = _probe_host(DENIED)
+    created = {name for name, (ok, _) in out.items() if ok == 0}
+    assert {"packet", "netlink-audit"} <= created, out
+
+
+def test_the_filter_table_allows_exactly_the_documented_families():
+    allowed = {nr for _, nr in seccomp.SOCKET_FAMILIES}
+    denied = set(seccomp.denied_socket_families())
+    assert allowed == {1, 2, 10, 16}
+    assert not allowed & denied and allowed | denied == set(range(seccomp.SOCKET_FAMILY_BOUND))
+    assert f'"errnoRet":{errno.EAFNOSUPPORT}' in seccomp.docker_profile()
