@@ -12,10 +12,12 @@ import errno
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from sandbox import Host, WarmPool, seccomp
+from sandbox.backends import cgroups, socket_memory
 from tests.sandbox.conftest import HOSTILE_SPEC as SPEC
 
 
@@ -104,3 +106,95 @@ def test_the_filter_table_allows_exactly_the_documented_families():
     assert allowed == {1, 2, 10, 16}
     assert not allowed & denied and allowed | denied == set(range(seccomp.SOCKET_FAMILY_BOUND))
     assert f'"errnoRet":{errno.EAFNOSUPPORT}' in seccomp.docker_profile()
+
+
+# Opens loopback TCP connections and fills each one's buffers (never reading) until `target` bytes are
+# queued in the kernel or a connection fails; prints what it queued.
+TCP_FILL = r"""
+import json, socket, sys
+target, conns = int(sys.argv[1]), int(sys.argv[2])
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(1024)
+keep, total, errors = [], 0, []
+chunk = b"x" * 65536
+for _ in range(conns):
+    try:
+        c = socket.create_connection(srv.getsockname(), timeout=5)
+        a, _ = srv.accept()
+    except OSError as e:
+        errors.append(e.errno)
+        break
+    keep += [c, a]
+    c.setblocking(False)
+    while True:
+        try:
+            total += c.send(chunk)
+        except OSError as e:
+            if e.errno != 11:
+                errors.append(e.errno)
+            break
+    if total >= target:
+        break
+print(json.dumps({"queued": total, "connections": len(keep) // 2, "errors": errors[:5]}))
+"""
+# Over the v1 TCP limit the kernel still force-charges one skb per socket (sk_forced_mem_schedule):
+# measured here (kernel 6.18), about 61 KiB per connection of 1000 beyond the limit.
+FORCED_PER_CONNECTION = 128 << 10
+
+
+def _unbounded_by_limit(out: dict, limit: int) -> bool:
+    return out["queued"] > limit + out["connections"] * FORCED_PER_CONNECTION
+
+
+def test_socket_buffers_count_against_the_memory_limit(target):
+    """Loopback connections that are never read cannot hold host memory beyond the sandbox's bound."""
+    limit = socket_memory.tcp_limit_bytes(SPEC.memory_mb << 20)
+    r = target.exec(["python3", "-c", TCP_FILL, str(4 * limit), "1000"], timeout=60)
+    assert r.exit_code == 0, r.stderr_text
+    out = json.loads(r.stdout)
+    assert out["connections"] > 1, out
+    assert not _unbounded_by_limit(out, limit), f"{out['queued'] >> 20} MiB of socket buffers held: {out}"
+
+
+def test_the_tcp_probe_queues_past_the_bound_where_nothing_bounds_it():
+    """Control: on the host, with no cgroup TCP limit, the same probe and check see the memory held."""
+    limit = socket_memory.tcp_limit_bytes(SPEC.memory_mb << 20)
+    r = subprocess.run(
+        [sys.executable, "-c", TCP_FILL, str(2 * limit), "1000"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert _unbounded_by_limit(json.loads(r.stdout), limit), r.stdout
+
+
+def _memory_cgroup(sb) -> Path:
+    if sb.backend == "bwrap":
+        return sb._cgroup.dirs[0]
+    found = socket_memory._docker_memory_cgroup(sb._container.id)
+    assert found is not None, f"no local memory cgroup for container {sb.id}"
+    return found
+
+
+def test_the_same_sandbox_holds_more_with_its_tcp_limit_lifted(backend):
+    """Control on the sandbox itself: the bound the test above sees is the TCP limit, not something else."""
+    if cgroups.cgroup_version() != 1:
+        pytest.skip("cgroup v2 has no separate TCP limit to lift; socket memory is charged to memory.max")
+    limit = socket_memory.tcp_limit_bytes(SPEC.memory_mb << 20)
+    with backend.create(SPEC) as sb:
+        knob = _memory_cgroup(sb) / "memory.kmem.tcp.limit_in_bytes"
+        assert int(knob.read_text()) <= limit, "the sandbox started without its TCP limit"
+        knob.write_text("-1")
+        r = sb.exec(["python3", "-c", TCP_FILL, str(2 * limit), "1000"], timeout=60)
+    assert r.exit_code == 0, r.stderr_text
+    assert _unbounded_by_limit(json.loads(r.stdout), limit), r.stdout
+
+
+def test_a_sandbox_whose_socket_memory_cannot_be_bounded_does_not_start(tmp_path):
+    (tmp_path / "memory.kmem.tcp.limit_in_bytes").mkdir()  # a knob that cannot be written
+    with pytest.raises(socket_memory.MemoryNotEnforceable, match="cannot bound socket memory"):
+        socket_memory.set_tcp_limit(tmp_path, 256 << 20)
+    with pytest.raises(socket_memory.MemoryNotEnforceable, match=r"tcp://10\.0\.0\.9:2375 uses cgroup v1"):
+        socket_memory.bound_docker_container(
+            "0" * 64, 256 << 20, daemon_cgroup_version="1", daemon="tcp://10.0.0.9:2375"
+        )
+    socket_memory.bound_docker_container("0" * 64, 256 << 20, daemon_cgroup_version="2", daemon="x")  # v2: charged
