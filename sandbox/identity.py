@@ -16,7 +16,13 @@ unprivileged host uids that belongs to agentrl alone, registered in
 ``/etc/subuid`` and ``/etc/subgid`` under :data:`RANGE_OWNER` (the system's
 registry of such ranges, so no other user or container engine is handed the
 same ids). ``python -m sandbox.identity setup`` registers a free range (run by
-``scripts/system_setup.sh``); bwrap itself runs as the range's first uid.
+``scripts/system_setup.sh``).
+
+The registered range holds :data:`SLOTS` sub-ranges of :data:`RANGE_SIZE` ids,
+one per concurrently running sandbox (:mod:`sandbox.backends.uid_slots`): bwrap
+runs as its slot's first uid, which owns the sandbox's user namespace, so the
+kernel's per-user budgets (inotify instances and watches, message-queue bytes,
+pipe-buffer pages, ...) are charged per sandbox, never shared by siblings.
 """
 
 from __future__ import annotations
@@ -37,7 +43,9 @@ USERS = {"sandbox": (SANDBOX_UID, SANDBOX_GID), "judge": (JUDGE_UID, JUDGE_GID)}
 JUDGE_HOME = "/run/agentrl/judge"
 JUDGE_HOME_MB = 16
 RANGE_OWNER = "agentrl-sandbox"
-RANGE_SIZE = 65536
+RANGE_SIZE = 65536  # the ids one sandbox maps (0..65535)
+SLOTS = 256  # sandboxes that can run at once on one machine, each on its own sub-range
+REGISTERED_SIZE = SLOTS * RANGE_SIZE
 # Ranges are placed above what useradd hands out by default (SUB_UID_MAX = 600100000).
 _FIRST_CANDIDATE = 700_000_000
 _SUBID_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
@@ -66,10 +74,16 @@ def _ranges(path: Path) -> list[tuple[str, int, int]]:
 
 
 def host_range() -> tuple[int, int] | None:
-    """(first host uid, first host gid) of agentrl's registered range, or None if it is not registered."""
+    """(first host uid, first host gid) of agentrl's registered range, or None if it is not registered.
+
+    A range registered before sandboxes had slots (:data:`RANGE_SIZE` ids) is too small and ignored;
+    ``setup`` then registers one of :data:`REGISTERED_SIZE` beside it.
+    """
     firsts = []
     for path in _SUBID_FILES:
-        mine = [(start, count) for owner, start, count in _ranges(path) if owner == RANGE_OWNER and count >= RANGE_SIZE]
+        mine = [
+            (start, count) for owner, start, count in _ranges(path) if owner == RANGE_OWNER and count >= REGISTERED_SIZE
+        ]
         if not mine:
             return None
         firsts.append(mine[0][0])
@@ -79,7 +93,7 @@ def host_range() -> tuple[int, int] | None:
 def _free_start(taken: list[tuple[int, int]]) -> int:
     start = _FIRST_CANDIDATE
     for first, count in sorted(taken):
-        if first < start + RANGE_SIZE and start < first + count:
+        if first < start + REGISTERED_SIZE and start < first + count:
             start = first + count
     return start
 
@@ -100,12 +114,12 @@ def ensure_host_range() -> tuple[int, int]:
         start = _free_start(taken)
         for path in _SUBID_FILES:
             with open(path, "a") as f:
-                f.write(f"{RANGE_OWNER}:{start}:{RANGE_SIZE}\n")
+                f.write(f"{RANGE_OWNER}:{start}:{REGISTERED_SIZE}\n")
     return start, start
 
 
 def uid_map(first: int) -> str:
-    """The ``uid_map`` / ``gid_map`` text: sandbox ids 0..65535 onto the host range."""
+    """The ``uid_map`` / ``gid_map`` text: sandbox ids 0..65535 onto the slot's host ids from ``first``."""
     return f"0 {first} {RANGE_SIZE}\n"
 
 
@@ -122,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no host uid range registered for {RANGE_OWNER}: run `python -m sandbox.identity setup` as root")
         return 1
     print(
-        f"{RANGE_OWNER}: host uids {found[0]}..{found[0] + RANGE_SIZE - 1}, gids {found[1]}..{found[1] + RANGE_SIZE - 1}"
+        f"{RANGE_OWNER}: host uids {found[0]}..{found[0] + REGISTERED_SIZE - 1}, "
+        f"gids {found[1]}..{found[1] + REGISTERED_SIZE - 1} ({SLOTS} sandbox slots of {RANGE_SIZE})"
     )
     return 0
 

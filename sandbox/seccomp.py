@@ -18,6 +18,15 @@ The same table feeds both backends:
 * Docker: :func:`docker_profile` is the same table as a Docker seccomp profile
   (``security_opt=["seccomp=<json>"]``), which runc compiles with libseccomp.
 
+Sockets are an allow-list, not a deny-list: ``socket``/``socketpair`` work for
+the families an ordinary program needs (:data:`SOCKET_FAMILIES`; the network
+namespace decides what AF_INET/AF_INET6 reach), netlink only for
+``NETLINK_ROUTE`` (glibc's ``getaddrinfo`` and ``ip`` ask it for addresses),
+and every other family -- AF_VSOCK, whose port space crosses network
+namespaces, AF_PACKET, AF_ALG, Bluetooth, ... -- fails with ``EAFNOSUPPORT``,
+as on a kernel built without it. A new family added to the kernel is denied
+until someone adds it here.
+
 Syscalls of other ABIs on the same machine (i386 ``int 0x80``, x32) do not
 match the native rules, so libseccomp's bad-architecture action kills them.
 """
@@ -119,6 +128,29 @@ CLONE_NAMESPACE_FLAGS: tuple[tuple[str, int], ...] = (
     ("CLONE_NEWPID", 0x20000000),
     ("CLONE_NEWNET", 0x40000000),
 )
+# The socket families allowed (everything else: EAFNOSUPPORT), and netlink's one protocol.
+SOCKET_FAMILIES: tuple[tuple[str, int], ...] = (
+    ("AF_UNIX", 1),
+    ("AF_INET", 2),
+    ("AF_INET6", 10),
+    ("AF_NETLINK", 16),
+)
+AF_NETLINK = 16
+NETLINK_ROUTE = 0
+# Families at or above this are denied by one range rule; below it, one rule per denied value.
+# (Linux's AF_MAX is 46; the margin covers kernels newer than this table.) The kernel reads the
+# domain as a 32-bit int, but seccomp compares all 64 bits: a value with high bits set is >= this
+# bound and denied, so no encoding of a denied family slips past an equality rule.
+SOCKET_FAMILY_BOUND = 64
+_SOCKET_CALLS = ("socket", "socketpair")
+
+
+def denied_socket_families() -> list[int]:
+    """Every family value below :data:`SOCKET_FAMILY_BOUND` that :data:`SOCKET_FAMILIES` does not allow."""
+    allowed = {nr for _, nr in SOCKET_FAMILIES}
+    return [nr for nr in range(SOCKET_FAMILY_BOUND) if nr not in allowed]
+
+
 # personality(0xffffffff) only queries; every other value changes the execution domain
 # (e.g. READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE).
 PERSONALITY_QUERY = 0xFFFFFFFF
@@ -165,6 +197,12 @@ def build_filter(*, allow_mount: bool = False):
         flt.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, bit, bit))
     flt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")  # flags sit behind a pointer: make libc use clone()
     flt.add_rule(eperm, "personality", sc.Arg(0, sc.NE, PERSONALITY_QUERY))
+    no_family = sc.ERRNO(errno.EAFNOSUPPORT)
+    for call in _SOCKET_CALLS:
+        for family in denied_socket_families():
+            flt.add_rule(no_family, call, sc.Arg(0, sc.EQ, family))
+        flt.add_rule(no_family, call, sc.Arg(0, sc.GE, SOCKET_FAMILY_BOUND))
+        flt.add_rule(no_family, call, sc.Arg(0, sc.EQ, AF_NETLINK), sc.Arg(2, sc.NE, NETLINK_ROUTE))
     return flt
 
 
@@ -203,5 +241,28 @@ def docker_profile() -> str:
     syscalls.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.ENOSYS})
     arg = {"index": 0, "value": PERSONALITY_QUERY, "op": "SCMP_CMP_NE"}
     syscalls.append({"names": ["personality"], "action": "SCMP_ACT_ERRNO", "errnoRet": errno.EPERM, "args": [arg]})
+    syscalls.extend(_docker_socket_rules())
     profile = {"defaultAction": "SCMP_ACT_ALLOW", "architectures": [_DOCKER_ARCH[machine]], "syscalls": syscalls}
     return json.dumps(profile, separators=(",", ":"))
+
+
+def _docker_socket_rules() -> list[dict]:
+    """:data:`SOCKET_FAMILIES` as Docker profile rules (args of one rule are ANDed, rules ORed)."""
+
+    def deny(*args: dict) -> dict:
+        return {
+            "names": list(_SOCKET_CALLS),
+            "action": "SCMP_ACT_ERRNO",
+            "errnoRet": errno.EAFNOSUPPORT,
+            "args": list(args),
+        }
+
+    rules = [deny({"index": 0, "value": family, "op": "SCMP_CMP_EQ"}) for family in denied_socket_families()]
+    rules.append(deny({"index": 0, "value": SOCKET_FAMILY_BOUND, "op": "SCMP_CMP_GE"}))
+    rules.append(
+        deny(
+            {"index": 0, "value": AF_NETLINK, "op": "SCMP_CMP_EQ"},
+            {"index": 2, "value": NETLINK_ROUTE, "op": "SCMP_CMP_NE"},
+        )
+    )
+    return rules

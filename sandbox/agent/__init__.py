@@ -6,7 +6,7 @@ wire format, also used by the host), :mod:`~sandbox.agent.confine` (locking the
 agent down at boot, dropping commands to their uid), :mod:`~sandbox.agent.files`
 (symlink-safe file operations), :mod:`~sandbox.agent.ipc` (System V IPC),
 :mod:`~sandbox.agent.processes` (the process table, starting a command as its
-uid) and :mod:`~sandbox.agent.server` (the request loop). A backend starts
+uid), :mod:`~sandbox.agent.roots` (the writable roots' own xattrs and times) and :mod:`~sandbox.agent.server` (the request loop). A backend starts
 ``python3 -c BOOTSTRAP`` and writes :func:`bundle` to its stdin: the sources,
 registered as modules under the same names, so the agent imports its parts as
 it does on the host.
@@ -30,7 +30,7 @@ BOOTSTRAP = (
     "sys.modules[k].main()\n"
 )
 # In dependency order; the last one's main() runs.
-_INSIDE = ("protocol", "confine", "files", "ipc", "processes", "signals", "server")
+_INSIDE = ("protocol", "confine", "files", "ipc", "processes", "signals", "roots", "server")
 
 
 @functools.cache

@@ -33,6 +33,7 @@ from sandbox.agent import ipc, signals
 from sandbox.agent.files import FileOpError, Trees, remove_children
 from sandbox.agent.processes import process_table, signal_all, spawn, stopped, subprocess_error
 from sandbox.agent.protocol import encode_message, read_message
+from sandbox.agent.roots import RootAttributes
 
 _DRAIN_AFTER_EXIT_S = 0.05
 KILL_ALL_CLEARS = ("/dev/shm", "/dev/mqueue")  # memory no process owns; the workspace and /tmp stay
@@ -57,6 +58,7 @@ class Agent:
         applied = confinement.confine(config)
         self.trees = Trees(applied.pop("writable"))
         self.confinement = dict(applied, writable=self.trees.paths)
+        self.root_attributes = RootAttributes(self.trees.paths)  # before any command can touch the roots
         self.exited = {}  # pid -> raw wait status of reaped children we spawned
         self.wanted = set()
         self.wake_r = signals.install()
@@ -294,6 +296,7 @@ class Agent:
             "entries": entries,
             "truncated": not complete,
             "ipc": ipc.objects(),
+            "roots": self.root_attributes.fingerprint(),
             "processes": len(process_table(self.pid)),
         }, []
 
@@ -330,6 +333,9 @@ class Agent:
             self.trees.restore(blobs[0])
         except (OSError, FileOpError) as exc:
             return {"error": "agent", "message": "restore: %s" % exc}, []
+        problems = self.root_attributes.reset()
+        if problems:
+            return {"error": "agent", "message": "restore: " + "; ".join(problems[:5])}, []
         return {"ok": True}, []
 
     def serve(self, inp, out):

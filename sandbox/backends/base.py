@@ -249,11 +249,12 @@ class Sandbox(abc.ABC):
         """What the writable dirs hold and how many processes run, from the agent (no command is spawned).
 
         Returns ``{"entries": [[path, kind, size, mode, uid], ...] (sorted; kind d/f/l/o), "truncated": bool,
-        "ipc": [[kind, id, uid], ...] (System V objects), "processes": int}``; the warm pool compares it with
-        a fresh sandbox's after every reset.
+        "ipc": [[kind, id, uid], ...] (System V objects), "roots": [[path, "root", mtime ns, [xattr digests]], ...]
+        (the writable roots themselves), "processes": int}``; the warm pool compares it with a fresh sandbox's
+        after every reset.
         """
         response, _ = self._call("probe", {"max_entries": 10000}, timeout=BOOT_TIMEOUT_S)
-        return {k: response[k] for k in ("entries", "truncated", "ipc", "processes")}
+        return {k: response[k] for k in ("entries", "truncated", "ipc", "roots", "processes")}
 
     @property
     def closed(self) -> bool:

@@ -38,6 +38,7 @@ from sandbox.backends.base import Backend, Sandbox
 from sandbox.backends.cgroups import SandboxCgroup, cgroup_version, gc_cgroups
 from sandbox.backends.channel import PipeTransport
 from sandbox.backends.drain import StderrDrain
+from sandbox.backends.uid_slots import UidSlot, acquire_slot
 from sandbox.errors import (
     BackendUnavailable,
     ImageMissing,
@@ -84,8 +85,10 @@ class BwrapSandbox(Sandbox):
         self._init_pidfd: int | None = None
         self._pidfd_lock = threading.Lock()  # abort() may race close(): never signal a recycled descriptor
         self._cgroup: SandboxCgroup | None = None
+        self._slot: UidSlot | None = None
         version = backend.cgroups
         try:
+            self._slot = acquire_slot(backend.host_ids)  # its own host uids: per-user kernel budgets per sandbox
             if version is not None:
                 self._cgroup = SandboxCgroup(
                     f"{os.getpid()}-{self.id}",
@@ -123,7 +126,7 @@ class BwrapSandbox(Sandbox):
             BOOTSTRAP,
         ]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        host_uid, host_gid = backend.host_ids
+        host_uid, host_gid = self.host_ids
         try:
             try:
                 self._proc = _popen(
@@ -241,6 +244,13 @@ class BwrapSandbox(Sandbox):
         args += ["--remount-ro", "/", "--chdir", "/"]
         return args
 
+    @property
+    def host_ids(self) -> tuple[int, int]:
+        """(host uid, host gid) that this sandbox's root maps to and bwrap runs as: its slot's first ids."""
+        if self._slot is None:
+            raise SandboxUsageError(f"sandbox {self.id} holds no uid slot (it failed to start)")
+        return self._slot.uid, self._slot.gid
+
     def _diagnose(self, reason: str) -> SandboxInfraError:
         proc = self._proc
         if proc is not None and proc.poll() is not None:
@@ -278,6 +288,8 @@ class BwrapSandbox(Sandbox):
                     pass
         if self._cgroup is not None:
             self._cgroup.destroy()
+        if self._slot is not None:
+            self._slot.release()  # last: nothing of this sandbox runs under the slot's uids any more
 
     def _abort(self) -> None:
         self._kill_init()  # not only bwrap: its child would answer one more request before its death signal
@@ -301,7 +313,7 @@ class BwrapBackend(Backend):
 
     @property
     def host_ids(self) -> tuple[int, int]:
-        """(host uid, host gid) that sandbox root maps to (and that bwrap runs as)."""
+        """(first host uid, first host gid) of agentrl's registered range; each sandbox takes a slot of it."""
         if self._host_ids is None:
             self._host_ids = identity.host_range()
         if self._host_ids is None:

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from sandbox.backends.socket_memory import set_tcp_limit
+
 ROOT = Path(os.environ.get("AGENTRL_CGROUP_ROOT", "/sys/fs/cgroup"))
 GROUP = "agentrl"
 _V1_CONTROLLERS = ("memory", "pids", "cpu")
@@ -67,6 +69,7 @@ class SandboxCgroup:
         for d in self.dirs:
             d.mkdir(parents=True, exist_ok=True)
         _write(memory / "memory.limit_in_bytes", str(self._memory_bytes))
+        set_tcp_limit(memory, self._memory_bytes)  # v1 leaves socket buffers out of the line above
         if (memory / "memory.memsw.limit_in_bytes").exists():
             _write(memory / "memory.memsw.limit_in_bytes", str(self._memory_bytes))
         try:

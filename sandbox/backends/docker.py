@@ -27,6 +27,7 @@ from sandbox.agent import BOOTSTRAP
 from sandbox.agent.confine import AGENT_CAPS
 from sandbox.backends.base import LABEL, Backend, Sandbox, owner_tag
 from sandbox.backends.channel import MultiplexedSocketTransport
+from sandbox.backends.socket_memory import bound_docker_container, tcp_limit_bytes
 from sandbox.errors import (
     DaemonUnreachable,
     ImageMissing,
@@ -105,6 +106,7 @@ class DockerSandbox(Sandbox):
                 },
                 log_config=docker.types.LogConfig(type="none"),
             )
+            host_config["KernelMemoryTCP"] = tcp_limit_bytes(spec.memory_mb << 20)  # see socket_memory.py
             created = api.create_container(
                 spec.image,
                 command=["python3", "-I", "-S", "-u", "-c", BOOTSTRAP],
@@ -127,6 +129,12 @@ class DockerSandbox(Sandbox):
             )
             self._attach = raw  # keep the response alive: collecting it closes the socket
             self._container.start()
+            bound_docker_container(
+                created["Id"],
+                spec.memory_mb << 20,
+                daemon_cgroup_version=self._backend.cgroup_version,
+                daemon=self._backend.address,
+            )
         except docker.errors.ImageNotFound as exc:
             raise self._backend.missing_image(spec.image) from exc
         except docker.errors.APIError as exc:
@@ -233,6 +241,7 @@ class DockerBackend(Backend):
         self._lock = threading.Lock()
         self._gc_on_start = gc_on_start
         self._images_seen: set[str] = set()
+        self._cgroup_version: str | None = None
 
     @property
     def address(self) -> str:
@@ -266,6 +275,16 @@ class DockerBackend(Backend):
                 if self._gc_on_start:
                     self._gc_locked(all_owners=False)
             return self._client
+
+    @property
+    def cgroup_version(self) -> str:
+        """The daemon's cgroup version ("1" or "2"), asked once: it decides how socket memory is bounded."""
+        if self._cgroup_version is None:
+            try:
+                self._cgroup_version = str(self.client.info().get("CgroupVersion") or "1")
+            except Exception as exc:  # noqa: BLE001 - every way of not reaching it
+                raise DaemonUnreachable(f"{self.url}: {exc}", backend=self.name) from exc
+        return self._cgroup_version
 
     def missing_image(self, image: str) -> ImageMissing:
         where = "" if self.url == "unix:///var/run/docker.sock" else f" --docker-url {self.url}"

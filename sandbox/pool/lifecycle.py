@@ -109,4 +109,5 @@ def check_clean(sandbox: Sandbox, expected: str) -> str | None:
 def _listing(seen: dict[str, Any]) -> str:
     lines = [" ".join(str(x) for x in entry) for entry in seen["entries"]]
     lines += ["ipc " + " ".join(str(x) for x in obj) for obj in seen.get("ipc", ())]
+    lines += [" ".join(str(x) for x in root) for root in seen.get("roots", ())]
     return "\n".join(lines) + ("\n(truncated)" if seen["truncated"] else "")

@@ -383,7 +383,12 @@ def test_who_is_who(target):
     if target.backend == "bwrap":
         from sandbox import identity
 
-        first = identity.host_range()[0]
+        first = target.host_ids[0]  # the sandbox's own slot of agentrl's registered range
+        registered = identity.host_range()[0]
+        assert (
+            registered <= first < registered + identity.REGISTERED_SIZE
+            and (first - registered) % identity.RANGE_SIZE == 0
+        )
         assert uids == {first + 1000}
         agent = _host_children(target._proc.pid)
         assert agent and all(_host_uid(pid) == first for pid in agent)

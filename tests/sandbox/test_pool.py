@@ -117,7 +117,10 @@ def test_reuse_hands_back_the_same_sandbox_clean(pool):
 
 def test_probe_sees_what_a_job_left_and_abort_unblocks_another_thread(backend):
     with backend.create(SPEC) as sb:
-        assert sb.probe() == {"entries": [], "truncated": False, "ipc": [], "processes": 0}
+        fresh = sb.probe()
+        roots = fresh.pop("roots")
+        assert fresh == {"entries": [], "truncated": False, "ipc": [], "processes": 0}
+        assert {r[0] for r in roots} >= {"/workspace", "/tmp", "/dev/shm"} and all(r[3] == [] for r in roots), roots
         sb.exec("mkdir -p d; echo hi > d/f; ln -s /etc l; echo x > /dev/shm/s; sleep 600 >/dev/null 2>&1 &")
         seen = sb.probe()
         assert seen["processes"] == 1
