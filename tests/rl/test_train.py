@@ -21,6 +21,7 @@ import pytest
 
 from rl.run import trajectory
 from rl.run.metrics import read_metrics, without_timing
+from tests.conftest import import_or_skip
 from tests.sandbox.conftest import backend_or_skip
 
 REPO = Path(__file__).resolve().parents[2]
@@ -231,12 +232,7 @@ def test_the_lock_step_rollout_reference_still_trains(run_dir, tmp_path):
 def test_a_run_on_a_ray_fleet_matches_the_local_pool(run_dir, tmp_path):
     """``--config.sandbox.fleet=ray`` on a two-node Ray cluster: the episodes' sandboxes come from the
     nodes' agents, and every metric but timing and the sandbox gauges is the local run's, for the seed."""
-    try:
-        from ray.cluster_utils import Cluster
-    except ImportError:  # CI installs Ray (the test extra): a missing one fails there
-        if os.environ.get("REQUIRE_DOCKER") == "1":
-            raise
-        pytest.skip("ray is not installed (pip install 'agentrl[ray]')")
+    Cluster = import_or_skip("ray.cluster_utils").Cluster  # CI installs Ray (the test extra)
     node = {"num_cpus": 1, "object_store_memory": 80 << 20}
     cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
     try:
