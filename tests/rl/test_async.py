@@ -31,6 +31,8 @@ from rl.run.trainer import Trainer
 from tests.rl.test_train import REPO, _assert_resumed, _cli, _env, _final_params, _latest_checkpoint
 from tests.sandbox.conftest import backend_or_skip
 
+pytestmark = pytest.mark.slow  # every test here needs a training run of its own: minutes, not seconds
+
 # The quickstart's model, tasks, rollout and algorithm; fewer and smaller steps.
 SHORT = (
     "--config.sft.steps=40",

@@ -31,6 +31,7 @@ def _run(workdir: Path) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow
 def test_sft_dpo_grpo_runs_and_resumes_exactly_from_inside_the_dpo_phase(tmp_path):
     full = tmp_path / "full"
     _run(full)

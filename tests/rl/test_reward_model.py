@@ -285,6 +285,7 @@ def rm_run(tmp_path_factory) -> Path:
     return workdir
 
 
+@pytest.mark.slow
 def test_reward_model_config_trains_saves_and_resumes_via_the_cli(rm_run, tmp_path):
     metrics = read_metrics(rm_run)
     assert [m["phase"] for m in metrics] == ["reward_model"] * 4
@@ -321,6 +322,7 @@ def get_config(arg=None):
 """
 
 
+@pytest.mark.slow
 def test_the_saved_judge_rewards_an_rl_run_with_the_outcome(rm_run, tmp_path):
     backend_or_skip("bwrap")
     config = tmp_path / "judged_rl.py"

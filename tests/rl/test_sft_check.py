@@ -101,6 +101,7 @@ def early_run(tmp_path_factory) -> Path:
     return workdir
 
 
+@pytest.mark.slow
 def test_the_passing_check_starts_the_decay_sft_ends_after_it_and_rl_keeps_its_steps(early_run):
     records = {r["step"]: r for r in read_metrics(early_run)}
     trained = list(range(1, ENDS_AT + 1))
@@ -121,6 +122,7 @@ def test_the_passing_check_starts_the_decay_sft_ends_after_it_and_rl_keeps_its_s
     assert ENDS_AT in saved and SFT_STEPS in saved and not set(saved) & set(range(ENDS_AT + 1, SFT_STEPS))
 
 
+@pytest.mark.slow
 def test_a_run_resumed_during_the_decay_ends_where_the_uninterrupted_one_does(early_run, tmp_path, caplog):
     """Resumed in the middle of the decay: the restored learner must decay on from there (the
     check's verdict comes from the checkpoint) and must not train the skipped steps."""

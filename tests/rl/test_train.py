@@ -24,6 +24,8 @@ from rl.run.metrics import read_metrics, without_timing
 from tests.conftest import import_or_skip
 from tests.sandbox.conftest import backend_or_skip
 
+pytestmark = pytest.mark.slow  # every test here needs a training run of its own: minutes, not seconds
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = "configs/quickstart.py:test"
 
