@@ -4,7 +4,7 @@ PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 WORKDIR ?= runs/quickstart
 
-.PHONY: install install-dev system image quickstart test lint format bench clean
+.PHONY: install install-dev system image quickstart test test-fast lint format bench clean
 
 install:            ## the package and its core stack
 	$(PIP) install -q -e .
@@ -24,6 +24,9 @@ quickstart: install ## set up and run the main job on the embedded default (no D
 
 test: install-dev system  ## set up everything and run the whole suite
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+test-fast:           ## the developer's loop: the suite without the tests marked slow (> ~20 s each)
+	$(PYTHON) -m pytest -m 'not slow' $(PYTEST_ARGS)
 
 lint:
 	ruff format --check .

@@ -23,10 +23,16 @@ from typing import Any
 Conversation = list[dict[str, Any]]
 DemonstrationSource = Callable[[Mapping[str, Any]], list[Conversation]]
 DEMONSTRATIONS: dict[str, DemonstrationSource] = {}
+_OPTIONS: dict[str, Mapping[str, Any]] = {}  # each source's options and their defaults
 
 
-def register_demonstrations(name: str) -> Callable[[DemonstrationSource], DemonstrationSource]:
-    """Decorator: ``fn(options) -> [conversation, ...]`` becomes the demonstration source ``name``."""
+def register_demonstrations(
+    name: str, options: Mapping[str, Any] | None = None
+) -> Callable[[DemonstrationSource], DemonstrationSource]:
+    """Decorator: ``fn(options) -> [conversation, ...]`` becomes the demonstration source ``name``.
+
+    ``options``: the option names it takes, with their defaults; :func:`demonstrations` refuses any
+    other and passes them filled in, and a config loader checks ``sft.options`` against them."""
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"register_demonstrations(name=): expected an identifier, got {name!r}")
 
@@ -35,13 +41,23 @@ def register_demonstrations(name: str) -> Callable[[DemonstrationSource], Demons
         if known is not None and (known.__module__, known.__qualname__) != (fn.__module__, fn.__qualname__):
             raise ValueError(f"register_demonstrations: {name!r} is already registered to {known.__qualname__}")
         DEMONSTRATIONS[name] = fn
+        _OPTIONS[name] = dict(options or {})
         return fn
 
     return wrap
 
 
+def demonstration_options(name: str) -> Mapping[str, Any]:
+    """The options the source ``name`` takes, with their defaults."""
+    if name not in DEMONSTRATIONS:
+        raise KeyError(f"demonstration_options(name=): unknown source {name!r}; registered: {sorted(DEMONSTRATIONS)}")
+    return dict(_OPTIONS[name])
+
+
 def demonstrations(name: str, options: Mapping[str, Any] | None = None) -> list[Conversation]:
     """The conversations of the source ``name``, built with ``options``; the error lists the registered names."""
-    if name not in DEMONSTRATIONS:
-        raise KeyError(f"demonstrations(name=): unknown source {name!r}; registered: {sorted(DEMONSTRATIONS)}")
-    return DEMONSTRATIONS[name](dict(options or {}))
+    defaults = demonstration_options(name)
+    unknown = sorted(set(options or {}) - set(defaults))
+    if unknown:
+        raise ValueError(f"demonstrations({name!r}): unknown option(s) {unknown}; options: {sorted(defaults)}")
+    return DEMONSTRATIONS[name]({**defaults, **(options or {})})

@@ -54,7 +54,7 @@ def summarize(evals: dict, workdir: str, seconds: float) -> str:
 
 def flag_error(argv: Sequence[str], exc: Exception) -> str:
     """One line for a flag that failed to parse: the unknown config field, or the error's own message."""
-    from rl.run.settings import unknown_field_message
+    from rl.run.config_errors import unknown_field_message
 
     given = [
         a.split("=", 1)[1] if "=" in a else b

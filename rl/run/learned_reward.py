@@ -46,6 +46,7 @@ from rl.learning.reward_model import (
     score_sequences,
 )
 from rl.learning.sft import encode_conversation
+from rl.run.config_errors import ConfigError, unknown_field_message
 
 log = logging.getLogger(__name__)
 LEARNED = "learned"  # the registered name of the verifier
@@ -110,7 +111,6 @@ def learned_only_domains(env_kwargs: Mapping[str, Mapping[str, Any]]) -> list[st
 
 def parse_learned_reward(node: Mapping[str, Any] | None, env_kwargs: Mapping[str, Any]) -> LearnedRewardSettings | None:
     """``config.learned_reward`` checked against the verifier configs that use it; errors name the field."""
-    from rl.run.settings import ConfigError, unknown_field_message
 
     users = learned_domains(env_kwargs)
     if node is None:
@@ -192,7 +192,6 @@ def install_judge(settings: Any, mesh: jax.sharding.Mesh | None = None) -> Judge
     ``settings``: the run's :class:`~rl.run.settings.Settings`. Raises ``ConfigError`` when the judge's
     measured held-out accuracy is below ``learned_reward.min_accuracy``; warns about a learned-only reward.
     """
-    from rl.run.settings import ConfigError
 
     s: LearnedRewardSettings | None = settings.learned_reward
     if s is None:

@@ -32,6 +32,7 @@ import numpy as np
 from rl.generation.tokenizer import ByteTokenizer
 from rl.learning.preference import Pair, PairData, load_pairs, pair_batch
 from rl.learning.reward_model import RewardModelInfo, pair_accuracy, save_reward_model
+from rl.run.config_errors import ConfigError, unknown_field_message
 
 log = logging.getLogger(__name__)
 OUTPUT_DIR = "reward_model"
@@ -64,7 +65,6 @@ def parse_reward_model(node: Mapping[str, Any] | None) -> RewardModelSettings:
     """``config.reward_model`` checked (absent: no reward model); errors name the field."""
     if node is None:
         return RewardModelSettings()
-    from rl.run.settings import ConfigError, unknown_field_message
 
     fields = [f.name for f in dataclasses.fields(RewardModelSettings)]
     if not isinstance(node, Mapping):

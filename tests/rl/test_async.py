@@ -28,8 +28,10 @@ from rl.run.metrics import read_metrics, without_timing
 from rl.run.settings import load_settings
 from rl.run.task_stream import TaskCatalog
 from rl.run.trainer import Trainer
-from tests.rl.test_train import REPO, _cli, _env, _final_params
+from tests.rl.test_train import REPO, _assert_resumed, _cli, _env, _final_params, _latest_checkpoint
 from tests.sandbox.conftest import backend_or_skip
+
+pytestmark = pytest.mark.slow  # every test here needs a training run of its own: minutes, not seconds
 
 # The quickstart's model, tasks, rollout and algorithm; fewer and smaller steps.
 SHORT = (
@@ -109,8 +111,11 @@ def test_sigkill_during_async_rl_resumes_exactly(stale_run, tmp_path):
     assert proc.poll() is None, "the run finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    checkpoint = _latest_checkpoint(workdir)
+    assert checkpoint > SFT_STEPS, checkpoint  # the kill came after an RL checkpoint, as intended
     resumed = _cli(*_train(workdir), timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-5000:]
+    _assert_resumed(resumed, checkpoint)
     assert without_timing(read_metrics(workdir)) == without_timing(read_metrics(stale_run))
     a, b = _final_params(stale_run), _final_params(workdir)
     for key in a:

@@ -29,6 +29,7 @@ from rl.models.lora import (
 )
 from rl.run.experiment import make_model
 from rl.run.settings import ConfigError, load_settings
+from tests.conftest import import_or_skip
 from tests.rl.test_sampler import _make_model
 
 MODEL = get_model_config("tiny")
@@ -193,8 +194,8 @@ def test_sampler_and_engine_run_the_adapted_model_like_its_merge(single_mesh):
 # -- checkpoints -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["qwen2", "llama"])
 def test_merged_checkpoint_loads_in_transformers(hf_checkpoints, single_mesh, token_ids, tmp_path, kind):
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
+    torch = import_or_skip("torch")
+    transformers = import_or_skip("transformers")
     path, _ = hf_checkpoints[kind]
     model = apply_lora(hf.load_hf_model(path, mesh=single_mesh, dtype="float32"), LORA, mesh=single_mesh)
     _randomise_adapters(model, std=0.1)

@@ -14,9 +14,10 @@ from flax import nnx
 
 from rl.models import hf, sharding
 from rl.models.hf import CheckpointError
+from tests.conftest import import_or_skip
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+torch = import_or_skip("torch")
+transformers = import_or_skip("transformers")
 
 MESH_SHAPES = [{"data": 8}, {"fsdp": 4, "tensor": 2}, {"data": 2, "fsdp": 2, "tensor": 2}]
 

@@ -24,6 +24,8 @@ import pytest
 from rl.run.metrics import read_metrics, without_timing
 from tests.sandbox.conftest import backend_or_skip
 
+pytestmark = pytest.mark.slow  # every test here needs a training run of its own: minutes, not seconds
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = "configs/quickstart.py:test"
 # RL updates even with all-zero rewards (the :test policy never passes): the update path is exercised.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 import types
 from pathlib import Path
 
@@ -18,17 +19,19 @@ from rl.run.metrics import read_metrics, without_timing
 from rl.run.preference_phase import PAIRS_FILE, PreferencePhase, PreferenceSettings
 from rl.run.rollout import RolloutResult
 from rl.run.trajectory import EpisodeRecord
-from tests.rl.test_train import _cli, _final_params
+from tests.rl.test_train import _assert_resumed, _cli, _final_params
 
 CONFIG = "configs/sft_dpo_grpo.py:test"
 KEEP = "--config.loop.keep_checkpoints=50"  # every step's checkpoint stays: the test resumes from one
 
 
-def _run(workdir: Path) -> None:
+def _run(workdir: Path) -> subprocess.CompletedProcess:
     proc = _cli("rl.train", f"--config={CONFIG}", f"--workdir={workdir}", KEEP, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
 
 
+@pytest.mark.slow
 def test_sft_dpo_grpo_runs_and_resumes_exactly_from_inside_the_dpo_phase(tmp_path):
     full = tmp_path / "full"
     _run(full)
@@ -45,7 +48,7 @@ def test_sft_dpo_grpo_runs_and_resumes_exactly_from_inside_the_dpo_phase(tmp_pat
     for ckpt in (resumed / "checkpoints").iterdir():  # as if killed right after checkpoint 5 (DPO step 1)
         if ckpt.name.isdigit() and int(ckpt.name) > 5:
             shutil.rmtree(ckpt)
-    _run(resumed)
+    _assert_resumed(_run(resumed), 5)
     assert without_timing(read_metrics(resumed)) == without_timing(metrics)
     a, b = _final_params(full), _final_params(resumed)
     for key in a:

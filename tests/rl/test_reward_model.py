@@ -44,7 +44,7 @@ from rl.run.learned_reward import (
 from rl.run.metrics import read_metrics, without_timing
 from rl.run.settings import ConfigError, load_settings
 from rl.run.trajectory import read_step, step_files
-from tests.rl.test_train import _cli
+from tests.rl.test_train import _assert_resumed, _cli
 from tests.sandbox.conftest import backend_or_skip
 
 CONFIG = get_model_config("tiny", hidden_size=32, intermediate_size=64, num_heads=2, num_kv_heads=2, head_dim=16)
@@ -285,6 +285,7 @@ def rm_run(tmp_path_factory) -> Path:
     return workdir
 
 
+@pytest.mark.slow
 def test_reward_model_config_trains_saves_and_resumes_via_the_cli(rm_run, tmp_path):
     metrics = read_metrics(rm_run)
     assert [m["phase"] for m in metrics] == ["reward_model"] * 4
@@ -301,6 +302,7 @@ def test_reward_model_config_trains_saves_and_resumes_via_the_cli(rm_run, tmp_pa
     shutil.rmtree(resumed / "reward_model")
     proc = _cli("rl.train", f"--config={RM_CONFIG}", f"--workdir={resumed}", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    _assert_resumed(proc, 2)
     assert without_timing(read_metrics(resumed)) == without_timing(metrics)
     assert read_info(resumed / "reward_model") == info
 
@@ -320,6 +322,7 @@ def get_config(arg=None):
 """
 
 
+@pytest.mark.slow
 def test_the_saved_judge_rewards_an_rl_run_with_the_outcome(rm_run, tmp_path):
     backend_or_skip("bwrap")
     config = tmp_path / "judged_rl.py"

@@ -243,6 +243,47 @@ def test_config_mistakes_end_in_one_line(tmp_path, flags, message):
     assert not (tmp_path / "run" / "config.json").exists()
 
 
+# What a config file (not a flag) sets: free-form dicts, and values of another type than the default's.
+MISTAKES_IN_FILES = {
+    "misspelt env_kwargs domain": (
+        'config.rollout.env_kwargs = {"arithmetc": {"max_turns": 3}}',
+        "error: config.rollout.env_kwargs.arithmetc: no such registered domain; did you mean arithmetic?",
+    ),
+    "misspelt environment keyword": (
+        'config.rollout.env_kwargs = {"arithmetic": {"max_turn": 3}}',
+        "error: config.rollout.env_kwargs.arithmetic.max_turn: no such argument of ArithmeticEnv; "
+        "did you mean max_turns?",
+    ),
+    "misspelt sft.options key": (
+        'config.sft.options = {"num_task": 8}',
+        "error: config.sft.options.num_task: no such option of sft.data='arithmetic'; did you mean num_tasks?",
+    ),
+    "wrong type": (
+        'with config.ignore_type():\n        config.loop.checkpoint_every = "1"',
+        "error: config.loop.checkpoint_every: expected an int >= 1, got '1'",
+    ),
+    "out of range": (
+        "config.rollout.group_size = 1",
+        "error: config.rollout.group_size: expected an int >= 2 (the advantage estimator needs 2 valid episodes "
+        "of a task), got 1",
+    ),
+}
+
+
+@pytest.mark.parametrize("mistake", sorted(MISTAKES_IN_FILES))
+def test_config_file_mistakes_end_in_one_line_before_anything_starts(tmp_path, mistake):
+    line, message = MISTAKES_IN_FILES[mistake]
+    config = tmp_path / "bad.py"
+    config.write_text(
+        "from configs import quickstart\n\n\ndef get_config(arg=None):\n"
+        f"    config = quickstart.get_config('test')\n    {line}\n    return config\n"
+    )
+    proc = _train(f"--config={config}", f"--workdir={tmp_path / 'run'}")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1] == message and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "run").exists()  # nothing started: not even the workdir
+
+
 def test_an_empty_model_directory_is_named_and_the_workdir_stays_usable(tmp_path):
     (tmp_path / "empty").mkdir()
     proc = _train(

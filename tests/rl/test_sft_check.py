@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -100,6 +101,7 @@ def early_run(tmp_path_factory) -> Path:
     return workdir
 
 
+@pytest.mark.slow
 def test_the_passing_check_starts_the_decay_sft_ends_after_it_and_rl_keeps_its_steps(early_run):
     records = {r["step"]: r for r in read_metrics(early_run)}
     trained = list(range(1, ENDS_AT + 1))
@@ -120,7 +122,8 @@ def test_the_passing_check_starts_the_decay_sft_ends_after_it_and_rl_keeps_its_s
     assert ENDS_AT in saved and SFT_STEPS in saved and not set(saved) & set(range(ENDS_AT + 1, SFT_STEPS))
 
 
-def test_a_run_resumed_during_the_decay_ends_where_the_uninterrupted_one_does(early_run, tmp_path):
+@pytest.mark.slow
+def test_a_run_resumed_during_the_decay_ends_where_the_uninterrupted_one_does(early_run, tmp_path, caplog):
     """Resumed in the middle of the decay: the restored learner must decay on from there (the
     check's verdict comes from the checkpoint) and must not train the skipped steps."""
     workdir = tmp_path / "resumed"
@@ -128,7 +131,9 @@ def test_a_run_resumed_during_the_decay_ends_where_the_uninterrupted_one_does(ea
     for ckpt in (workdir / "checkpoints").iterdir():
         if ckpt.name.isdigit() and int(ckpt.name) > PASSES_AT + 1:
             shutil.rmtree(ckpt)
-    _train(workdir)
+    with caplog.at_level(logging.INFO, logger="rl.run.trainer"):
+        _train(workdir)
+    assert f"resumed from checkpoint {PASSES_AT + 1} (sft phase)" in caplog.text  # not a restart from step 0
     assert without_timing(read_metrics(workdir)) == without_timing(read_metrics(early_run))
     a, b = _final_params(early_run), _final_params(workdir)
     for key in a:

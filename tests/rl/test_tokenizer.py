@@ -9,6 +9,7 @@ import pytest
 from envs import parse_tool_calls
 from rl.generation.chat_format import QWEN_DEFAULT_SYSTEM, ChatMLFormat
 from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer
+from tests.conftest import import_or_skip
 
 TOOLS = [
     {
@@ -95,8 +96,8 @@ def tokenizer(request, bpe_dir):
 @pytest.mark.parametrize("tools", [None, TOOLS])
 @pytest.mark.parametrize("with_system", [True, False])
 def test_render_matches_transformers_jinja(bpe_dir, tools, with_system):
-    pytest.importorskip("jinja2")
-    PreTrainedTokenizerFast = pytest.importorskip("transformers").PreTrainedTokenizerFast
+    import_or_skip("jinja2")
+    PreTrainedTokenizerFast = import_or_skip("transformers").PreTrainedTokenizerFast
 
     hf = PreTrainedTokenizerFast(tokenizer_file=str(bpe_dir / "tokenizer.json"))
     messages = CONVERSATION if with_system else CONVERSATION[1:]

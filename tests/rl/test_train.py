@@ -21,7 +21,10 @@ import pytest
 
 from rl.run import trajectory
 from rl.run.metrics import read_metrics, without_timing
+from tests.conftest import import_or_skip
 from tests.sandbox.conftest import backend_or_skip
+
+pytestmark = pytest.mark.slow  # every test here needs a training run of its own: minutes, not seconds
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = "configs/quickstart.py:test"
@@ -59,12 +62,26 @@ def run_dir(tmp_path_factory) -> Path:
     return workdir
 
 
+def _latest_checkpoint(workdir: Path) -> int:
+    """The newest complete checkpoint's step (orbax renames a step's directory to its number only once
+    the save is complete, so a half-written one is never counted)."""
+    steps = [int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit()]
+    assert steps, f"{workdir} holds no complete checkpoint: there is nothing to resume from"
+    return max(steps)
+
+
+def _assert_resumed(proc: subprocess.CompletedProcess, step: int) -> None:
+    """A restart that silently began again at step 0 reproduces the same metrics and weights, so a
+    resume test must also see the resume itself: the trainer's line naming the checkpoint it loaded."""
+    out = proc.stdout + proc.stderr
+    assert f"resumed from checkpoint {step} (" in out, f"no resume from checkpoint {step}:\n{out[-3000:]}"
+
+
 def _final_params(workdir: Path) -> dict[str, np.ndarray]:
     import orbax.checkpoint as ocp
 
-    steps = sorted(int(p.name) for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
     with ocp.StandardCheckpointer() as ckpt:
-        state = ckpt.restore((workdir / "checkpoints" / str(steps[-1]) / "state").absolute())
+        state = ckpt.restore((workdir / "checkpoints" / str(_latest_checkpoint(workdir)) / "state").absolute())
     import jax
 
     flat = jax.tree_util.tree_flatten_with_path(state["params"])[0]
@@ -182,7 +199,7 @@ def test_sigkill_and_resume_matches_an_uninterrupted_run(run_dir, tmp_path):
     assert proc.poll() is None, "the run finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    _run(workdir)
+    _assert_resumed(_run(workdir), _latest_checkpoint(workdir))
     assert without_timing(read_metrics(workdir)) == without_timing(read_metrics(run_dir))
     a, b = _final_params(run_dir), _final_params(workdir)
     assert a.keys() == b.keys()
@@ -217,12 +234,7 @@ def test_the_lock_step_rollout_reference_still_trains(run_dir, tmp_path):
 def test_a_run_on_a_ray_fleet_matches_the_local_pool(run_dir, tmp_path):
     """``--config.sandbox.fleet=ray`` on a two-node Ray cluster: the episodes' sandboxes come from the
     nodes' agents, and every metric but timing and the sandbox gauges is the local run's, for the seed."""
-    try:
-        from ray.cluster_utils import Cluster
-    except ImportError:  # CI installs Ray (the test extra): a missing one fails there
-        if os.environ.get("REQUIRE_DOCKER") == "1":
-            raise
-        pytest.skip("ray is not installed (pip install 'agentrl[ray]')")
+    Cluster = import_or_skip("ray.cluster_utils").Cluster  # CI installs Ray (the test extra)
     node = {"num_cpus": 1, "object_store_memory": 80 << 20}
     cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
     try:

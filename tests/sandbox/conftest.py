@@ -6,15 +6,14 @@ a test *failure*, never a skip.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 
 import pytest
 
 from sandbox import SandboxInfraError, SandboxSpec, get_backend
+from tests.conftest import REQUIRED
 
-REQUIRED = os.environ.get("REQUIRE_DOCKER") == "1"
 _backends: dict[str, object] = {}
 
 

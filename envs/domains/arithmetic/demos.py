@@ -61,12 +61,8 @@ def demonstrations(tasks: list[Task], *, tool_fraction: float = 0.3, seed: int =
     return out
 
 
-@register_demonstrations("arithmetic")
-def arithmetic_demonstrations(options: Mapping[str, Any]) -> list[Conversation]:
+@register_demonstrations("arithmetic", OPTIONS)
+def arithmetic_demonstrations(opts: Mapping[str, Any]) -> list[Conversation]:
     """``num_tasks`` training problems (default 2000) as :func:`demonstrations` (``tool_fraction``, ``seed``)."""
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"demonstrations('arithmetic'): unknown option(s) {unknown}; options: {sorted(OPTIONS)}")
-    opts = {**OPTIONS, **options}
     tasks = arithmetic_tasks("train", int(opts["num_tasks"]), seed=int(opts["seed"]))
     return demonstrations(tasks, tool_fraction=float(opts["tool_fraction"]), seed=int(opts["seed"]))
