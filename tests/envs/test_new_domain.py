@@ -23,7 +23,7 @@ README = ROOT / "README.md"
 
 def readme_example() -> str:
     """The Python block of the README's "Adding a domain" section, exactly as printed."""
-    section = README.read_text().split("### Adding a domain", 1)[1]
+    section = README.read_text().split("## Adding a domain", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.S)
     assert match, "README: the 'Adding a domain' section has no python block"
     return match.group(1)
@@ -69,3 +69,11 @@ def test_control_a_package_that_fails_to_import_is_reported(user_package):
     (path / "__init__.py").write_text("from envs import NoSuchName\n")
     run = fresh(f"import envs.domains.{name}")
     assert run.returncode != 0 and "NoSuchName" in run.stderr
+
+
+def test_readme_is_a_guide_whose_links_into_docs_resolve():
+    """At most 350 lines (the rest lives in docs/), and every docs/ file it names exists."""
+    text = README.read_text()
+    assert len(text.splitlines()) <= 350
+    linked = set(re.findall(r"\]\((docs/[^)#]+)", text))
+    assert linked and all((ROOT / path).is_file() for path in linked), linked
