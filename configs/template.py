@@ -21,8 +21,8 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     arg = common.variant(arg, __file__, "test")
     config = common.base(
         model=common.model("tiny"),
-        tasks={NAME: common.pool(f"builtin:{NAME}", split="train")},
-        eval=common.evaluation({NAME: common.pool(f"builtin:{NAME}", split="eval")}, every=10, num_tasks=6, k=2),
+        tasks={NAME: common.pool(f"{NAME}:0", split="train")},
+        eval=common.evaluation({NAME: common.pool(f"{NAME}:0", split="eval")}, every=10, num_tasks=6, k=2),
         sandbox=common.sandbox("bwrap"),
         sft=common.sft(100, data=NAME, batch_size=8, learning_rate=3e-3, warmup_steps=5),
         rollout=common.rollout(group_size=4, max_turns=3, max_new_tokens=64, max_context=512, render_tools=False),

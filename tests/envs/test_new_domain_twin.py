@@ -40,7 +40,7 @@ def bash(script: str, log: Path) -> subprocess.CompletedProcess:
 def twin():
     """A fresh domain name; everything the README's steps create for it is removed afterwards."""
     name = f"twin{uuid.uuid4().hex[:6]}"
-    made = [ROOT / "envs" / "domains" / name, ROOT / "envs" / "data" / f"{name}.jsonl", ROOT / "configs" / f"{name}.py"]
+    made = [ROOT / "envs" / "domains" / name, ROOT / "configs" / f"{name}.py"]
     try:
         yield name
     finally:
@@ -60,8 +60,8 @@ def test_a_user_copies_the_template_to_a_twin_with_new_tasks_and_trains_it(twin,
     done = bash(f"N={twin}\n{build}", log)
     text = log.read_text()
     assert done.returncode == 0, text[-5000:]
-    data = (ROOT / "envs" / "data" / f"{twin}.jsonl").read_text()
-    assert f'"domain": "{twin}"' in data and "NOTICE" in data and "ERROR" not in data
-    assert "0 leaks" in text and "run finished" in text
+    assert f"24 tasks from {twin}:0" in text and "0 leaks" in text and "run finished" in text
+    episodes = "".join(p.read_text() for p in (Path("/tmp") / twin / "trajectories").glob("step_*.jsonl"))
+    assert f"{twin}/0-" in episodes and "NOTICE" in episodes and "ERROR" not in episodes  # the twin's own tasks
     metrics = [line for line in (Path("/tmp") / twin / "metrics.jsonl").read_text().splitlines() if '"rl"' in line]
     assert len(metrics) == 2 and all('"rollout/anomaly_rate": 0.0' in line for line in metrics), metrics

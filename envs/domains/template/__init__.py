@@ -3,7 +3,7 @@
 A complete small domain, every part a domain can have, each in its own module:
 
 * ``env.py``: the environment (tools, system prompt, gold and no-op solutions) and its verifier;
-* ``tasks.py``: the task generator (tasks whose content is in files: :attr:`envs.Task.files`);
+* ``tasks.py``: the task loader ``NAME:SEED`` (tasks whose content is in files: :attr:`envs.Task.files`);
 * ``selfcheck.py``: cases the verifier must grade right (``python -m envs.quality.validate``);
 * ``demos.py``: SFT demonstrations (``config.sft.data = NAME``).
 

@@ -17,7 +17,7 @@ def demonstrations(options: Mapping[str, Any]) -> list[Conversation]:
     if options:
         raise ValueError(f"demonstrations({NAME!r}): takes no options, got {sorted(options)}")
     out = []
-    for task in load_tasks(f"builtin:{NAME}"):
+    for task in load_tasks(f"{NAME}:0"):
         if task.split != "train":
             continue
         count = str(task.hidden["count"])

@@ -6,7 +6,7 @@ from typing import Any
 
 from envs import AgentEnv, Task, Verifier, format_tool_call, register_domain, register_verifier
 
-NAME = "template"  # the domain: task files envs/data/NAME.jsonl, demonstrations and self-checks NAME
+NAME = "template"  # the domain, its task loader (NAME:SEED), its demonstrations and self-checks
 ENV_NAME = "Template"  # the gymnasium id agentrl/ENV_NAME-v0
 VERIFIER = f"{NAME}_count"
 
@@ -33,7 +33,7 @@ class CountEnv(AgentEnv):
     domain = NAME
     tool_names = ("bash", "submit")
     verifier_roles = {"outcome": VERIFIER}
-    default_tasks = f"builtin:{NAME}"
+    default_tasks = f"{NAME}:0"
     system_prompt = "Inspect the files in /workspace with bash, then call submit(answer=<number>)."
 
     def gold_actions(self, task: Task) -> list[str]:

@@ -16,6 +16,6 @@ def _off_by_one(env, task) -> list[str]:
 
 @register_selfcheck(NAME)
 def selfcheck_cases() -> list[Case]:
-    ids = [task.id for task in load_tasks(f"builtin:{NAME}")[:2]]
+    ids = [task.id for task in load_tasks(f"{NAME}:0")[:2]]
     wrong = [Case(VERIFIER, f"off by one {i}", ENV_ID, i, _off_by_one, False) for i in ids]
     return gold_and_noop(VERIFIER, ENV_ID, ids) + wrong

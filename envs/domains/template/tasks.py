@@ -1,6 +1,9 @@
 """The template domain's tasks: a log file per task (``Task.files``), a level to count in it.
 
-``python -m envs.domains.template`` writes ``envs/data/<NAME>.jsonl``. The prompts share one
+Registered as the loader ``NAME:SEED`` (``template:0``): the task set is generated, so a copy's
+tasks are whatever its :func:`make_tasks` makes. (A fixed, hand-written set instead ships as
+``envs/data/<name>.jsonl``, ``builtin:<name>``, compiled from ``envs/data/src/<name>.yaml`` by a
+registered compiler, as the math and shell domains do.) The prompts share one
 template on purpose: what tells tasks apart is in their files, which the leak check compares too.
 """
 
@@ -10,6 +13,7 @@ import random
 
 from envs import Task
 from envs.domains.template.env import NAME
+from envs.tasks import register_loader
 
 LEVELS = ("INFO", "WARN", "ERROR")
 EVAL_EVERY = 4  # one task in four is held out
@@ -35,3 +39,11 @@ def make_tasks(num_tasks: int = 24, *, seed: int = 0, name: str = NAME) -> list[
             )
         )
     return out
+
+
+@register_loader(NAME)
+def load(seed: str) -> list[Task]:
+    """``NAME:SEED``: the task set of that seed (``NAME:0`` is the one the config trains on)."""
+    if not seed.isdigit():
+        raise ValueError(f"task spec {NAME}:{seed!r}: expected {NAME}:SEED with an integer SEED")
+    return make_tasks(seed=int(seed))
