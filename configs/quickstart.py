@@ -13,7 +13,7 @@ sampled training episodes) first sees >= 5% pass, after a 100-step decay: ~200
 steps, on every seed 0-4, where a fixed schedule was too short for some seeds and
 too long for others. GRPO then teaches the policy to use the tool every time.
 Expect the held-out greedy pass rate to go from ~0 after SFT to ~1 after RL, in
-about 5 minutes on 2 CPU cores with no Docker daemon (figures in the README).
+about 5 minutes on 2 CPU cores with no Docker daemon (figures in docs/quickstart.md).
 
 ``get_config("test")`` shrinks everything to a few steps for the test suite.
 """
@@ -29,8 +29,8 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
     arg = common.variant(arg, __file__, "test")
     config = common.base(
         seed=0,
-        # 0.46M params. 4 KV heads and a wider initialisation than the preset's 0.02 (128**-0.5) make the
-        # copy skill arrive sooner and on more seeds (README: 4 of seeds 0-4 learn, against 1 before).
+        # 0.46M params. 4 KV heads and a wider initialisation than the preset's 0.02 (128**-0.5): at 0.02 a
+        # 128-wide model's attention starts almost uniform, and the copy head forms late or on few seeds.
         model=common.model("tiny", num_kv_heads=4, initializer_range=0.088),
         tasks={"arithmetic": common.pool("arithmetic:train")},
         sandbox=common.sandbox("bwrap", capacity=4, max_sandboxes=8),

@@ -7,7 +7,7 @@ transformer) with a scalar head, trained from scratch on ``configs/data/arithmet
 (32 training problems; chosen = the Python tool demonstration with the right answer, rejected = a
 direct, wrong answer). A seeded quarter of the pairs is held out: the held-out pair accuracy and
 the score mean / std it measures are saved with the judge in ``<workdir>/reward_model``. An RL run
-then weighs it against the outcome verdict (figures in the README)::
+then weighs it against the outcome verdict (figures in docs/preference.md)::
 
     config.learned_reward = common.learned_reward("runs/reward_model", min_accuracy=0.75)
     config.rollout.env_kwargs = {"arithmetic": {"verifier": {"outcome": 1.0, "learned": 0.2}}}

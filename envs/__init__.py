@@ -17,7 +17,6 @@ tools are in :mod:`envs.quality`; SFT demonstration sources in
 :mod:`envs.demonstrations`.
 """
 
-import envs.domains  # noqa: F401 - registers the shipped domains with gymnasium
 from envs.core import DOMAINS, MIN_TURNS, AgentEnv, env_for_domain, register_domain
 from envs.episode import Episode, ToolCallRecord, approx_tokens
 from envs.parsing import (
@@ -80,3 +79,7 @@ __all__ = [
     "tool_response_block",
     "write_jsonl",
 ]
+
+# Last, after every name above is bound: a domain package does `from envs import AgentEnv, ...`,
+# and discovery imports it while this module is still initialising (a circular import otherwise).
+import envs.domains  # noqa: E402, F401 - registers the shipped domains with gymnasium

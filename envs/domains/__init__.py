@@ -9,6 +9,7 @@ agentrl/RepoRepair-v0      repair                hidden_tests
 agentrl/ShellOps-v0        shell                 sandbox_state
 agentrl/DataPipeline-v0    pipeline              pipeline_output
 agentrl/Arithmetic-v0      arithmetic            math_answer (the quickstart; python tool)
+agentrl/Template-v0        template              template_count (the one to copy: README)
 =========================  ====================  ===================================
 
 A domain package holds everything of its domain: the :class:`~envs.core.AgentEnv`

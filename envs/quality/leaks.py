@@ -1,7 +1,10 @@
 """Two ways a task set can leak its answers: across splits, and inside the sandbox.
 
 **Split leaks.** An eval task whose prompt or hidden tests (near-)duplicate a
-train task measures memorisation, not skill. :func:`find_split_leaks` compares
+train task measures memorisation, not skill. A task whose content lives in its files
+(:attr:`Task.files`) often has a short prompt made from one template: two such prompts are
+alike while the tasks are not, so a prompt duplicate between tasks with files counts only
+when their files are alike too, and each leak says why it was flagged (:attr:`Leak.why`). :func:`find_split_leaks` compares
 every eval/test task with every train task on normalised text (lowercase,
 punctuation dropped, whitespace collapsed): exact duplicates by hash, near
 duplicates by character 5-gram Jaccard similarity, with MinHash + LSH banding
@@ -34,6 +37,7 @@ from envs.tasks import Task
 __all__ = [
     "Leak",
     "OracleWatch",
+    "files_text",
     "find_split_leaks",
     "jaccard",
     "minhash",
@@ -93,13 +97,21 @@ def task_texts(task: Task) -> dict[str, str]:
     return {"prompt": task.prompt, "hidden": json.dumps(hidden, sort_keys=True) if hidden else ""}
 
 
+def files_text(task: Task) -> str:
+    """The task's files as one text (path, then content, in path order): what the agent finds in its workspace."""
+    return "\n".join(f"{path}\n{task.files[path]}" for path in sorted(task.files))
+
+
 @dataclasses.dataclass(frozen=True)
 class Leak:
+    """An eval/test task that (near-)duplicates a train task in ``field``; ``why`` says what overlapped."""
+
     eval_id: str
     train_id: str
     field: str
     similarity: float
     exact: bool
+    why: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -152,7 +164,24 @@ def find_split_leaks(tasks: Iterable[Task], *, threshold: float = 0.8, min_chars
                     if similarity >= threshold:
                         found[train_id] = Leak(t.id, train_id, field, round(similarity, 4), False)
             leaks.extend(found.values())
-    return sorted(leaks, key=lambda leak: (leak.eval_id, leak.train_id, leak.field))
+    by_id = {t.id: t for t in tasks}
+    kept = [_explained(leak, by_id, threshold) for leak in leaks]
+    return sorted((k for k in kept if k is not None), key=lambda leak: (leak.eval_id, leak.train_id, leak.field))
+
+
+def _explained(leak: Leak, by_id: dict[str, Task], threshold: float) -> Leak | None:
+    """``leak`` with its reason; None for a prompt duplicate between tasks whose files differ (not a leak)."""
+    overlap = "identical after normalisation" if leak.exact else f"5-gram Jaccard {leak.similarity:.2f}"
+    why = f"{leak.field} {overlap}"
+    if leak.field == "prompt":
+        held_out, train = by_id[leak.eval_id], by_id[leak.train_id]
+        if held_out.files or train.files:
+            a, b = normalise(files_text(held_out)), normalise(files_text(train))
+            similarity = 1.0 if a == b else jaccard(shingles(a), shingles(b))
+            if similarity < threshold:
+                return None
+            why += f"; files ({', '.join(sorted(held_out.files)) or 'none'}) 5-gram Jaccard {similarity:.2f}"
+    return dataclasses.replace(leak, why=why)
 
 
 def _long_lines(text: str, min_len: int = 16) -> set[str]:
@@ -201,6 +230,7 @@ def summarise_leaks(leaks: Sequence[Leak]) -> str:
     if not leaks:
         return "no leaks between train and held-out splits"
     return "\n".join(
-        f"{leak.eval_id} ~ {leak.train_id} [{leak.field}] similarity {leak.similarity:.2f}{' (exact)' if leak.exact else ''}"
+        f"{leak.eval_id} ~ {leak.train_id} [{leak.field}] similarity {leak.similarity:.2f}"
+        f"{' (exact)' if leak.exact else ''}: {leak.why}"
         for leak in leaks
     )

@@ -301,7 +301,7 @@ class Attention(nnx.Module):
         # Decode with grouped heads: a broadcast multiply + reduce is one fused, vectorised loop on
         # CPU, where a batched dot_general of [.., 1, d] x [.., t, d] runs as many tiny matmuls.
         # Without groups (num_kv_heads == num_heads) XLA:CPU turns that same expression into a loop
-        # ~40x slower than the dot_general (measured: 118 ms vs 2.7 ms at b=128, t=384, d=32).
+        # far slower than the dot_general (docs/benchmarks.md, "Figures behind design choices").
         fused_decode = s == 1 and groups > 1
         if fused_decode:
             scores = jnp.sum(q[:, 0, :, :, None, :].astype(f32) * k_all[:, :, None].astype(f32), axis=-1)[:, :, :, None]

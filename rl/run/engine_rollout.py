@@ -38,6 +38,7 @@ from envs.sandboxes import Job, JobResult, LentSandboxes, Scheduler
 from rl.generation.engine import DecodeEngine
 from rl.generation.sampler import Completion
 from rl.generation.tokenizer import Tokenizer
+from rl.run.admission import Admission
 from rl.run.rollout import (
     ContextMeter,
     EnvCache,
@@ -63,6 +64,7 @@ class _Live:
     known: int = 0  # tokens of the record the engine already has (prompt, turns, observations)
     done: bool = False
     tainted: bool = False  # its env may still be running in an abandoned job: never reuse it
+    started: bool = False  # admitted: its reset went to the scheduler (rl.run.admission)
 
 
 @dataclasses.dataclass
@@ -118,6 +120,8 @@ class EngineRollout(Rollout):
         self._batches: dict[int, _Batch] = {}
         self._ids = itertools.count()
         self._arrived: queue.SimpleQueue[tuple[int, int, str, JobResult]] = queue.SimpleQueue()
+        # Episodes that hold a sandbox start only while the pool has one free (no silent deadlock).
+        self.admission = Admission(scheduler.pool.capacity)
 
     def close(self) -> None:
         self.envs.close()
@@ -179,8 +183,7 @@ class EngineRollout(Rollout):
         )
         self._batches[batch.id] = batch
         for n, ep in enumerate(batch.live):
-            reset = lambda _sb, ep=ep: self._reset(ep.env, ep.record, ep.task, ep.meter)  # noqa: E731
-            self._submit(batch, n, "reset", ep, reset)
+            self.admission.offer((batch.id, n), ep.env.hold_sandbox, lambda b=batch, n=n: self._start_episode(b, n))
         if not batch.live:
             self._complete(batch)
         return batch.handle
@@ -224,11 +227,14 @@ class EngineRollout(Rollout):
 
     def _fail(self, batch: _Batch, exc: BaseException) -> None:
         """Drops a rollout whose driver failed: its sequences go, its environments are never reused."""
+        self.admission.drop(lambda key: key[0] != batch.id)
         for n, ep in enumerate(batch.live):
             if not ep.done:
                 ep.done = ep.tainted = True
                 if ep.known:
                     self.engine.release((batch.id, n))
+                if ep.started:
+                    self.admission.ended(ep.env.hold_sandbox)
         self._batches.pop(batch.id, None)
         self._unload(batch)
         batch.handle.error = exc
@@ -255,6 +261,13 @@ class EngineRollout(Rollout):
         batch.handle.result = self._finish([ep.record for ep in batch.live], batch.tasks, timing, batch.t0)
 
     # -- jobs ------------------------------------------------------------------------------
+    def _start_episode(self, batch: _Batch, n: int) -> None:
+        """Admitted: the episode's reset goes to the scheduler."""
+        ep = batch.live[n]
+        ep.started = True
+        reset = lambda _sb: self._reset(ep.env, ep.record, ep.task, ep.meter)  # noqa: E731
+        self._submit(batch, n, "reset", ep, reset)
+
     def _submit(self, batch: _Batch, n: int, kind: str, ep: _Live, fn: Any, spec: Any = None) -> None:
         turn = len(ep.record.turns)
         job = Job(
@@ -307,3 +320,4 @@ class EngineRollout(Rollout):
         batch.remaining -= 1
         if batch.remaining == 0:
             self._complete(batch)
+        self.admission.ended(ep.env.hold_sandbox)  # after: the next episode may be another rollout's

@@ -21,8 +21,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from envs import env_for_domain
 from envs.quality.validate import play
 from envs.sandboxes import SandboxInfraError
+from rl.run.admission import progress_error
 from rl.run.experiment import Experiment, example_tasks
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,16 @@ def preflight(exp: Experiment) -> dict[str, float]:
     settings = exp.settings
     backend = settings.sandbox.backend
     seconds: dict[str, float] = {}
-    for domain, task in sorted(example_tasks(settings, exp.catalog).items()):
+    domains = example_tasks(settings, exp.catalog)
+    error = progress_error(
+        lock_step=not settings.rollout.engine,
+        holding_domains=[d for d in domains if env_for_domain(d).hold_sandbox],
+        episodes=settings.loop.tasks_per_step * settings.rollout.group_size,
+        capacity=exp.pool.capacity(),
+    )
+    if error:
+        raise PreflightError(error)
+    for domain, task in sorted(domains.items()):
         start = time.monotonic()
         env = exp.rollout.envs.get(domain)
         try:

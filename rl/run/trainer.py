@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 from envs import Task
 from rl.learning.batch import pack
 from rl.learning.learner import Learner
 from rl.learning.sft import SFTData, load_sft_data
 from rl.run import trajectory
+from rl.run.console import logs_above_bar
 from rl.run.episodes import assign_advantages, rollout_metrics, train_batch
 from rl.run.evaluation import Evaluator, held_out_tasks
 from rl.run.experiment import Experiment
@@ -81,7 +81,7 @@ class Trainer:
         """Runs to the last step; log lines go above the progress bar, never through it."""
         bar = tqdm(total=self.total, desc="agentrl", unit="step", dynamic_ncols=True)
         try:
-            with logging_redirect_tqdm():
+            with logs_above_bar():
                 return self._run(bar)
         finally:
             if self.producer is not None:

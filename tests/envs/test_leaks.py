@@ -19,6 +19,7 @@ from envs.quality.leaks import (
     probe_oracle,
     secret_lines,
     shingles,
+    summarise_leaks,
     watch_oracle,
 )
 from envs.tasks import Task, load_tasks
@@ -170,3 +171,29 @@ def test_no_hidden_material_is_reachable_during_or_after_a_turn(env_id, task_id,
     env.close()
     assert verification["anomaly"] is None and not verification["passed"]
     assert findings == []
+
+
+def _log_task(task_id: str, split: str, log: str) -> Task:
+    """A template-made prompt whose content is in its file, as the template domain's tasks are."""
+    return Task(
+        id=task_id, domain="template", prompt="How many lines of app.log have the level ERROR?",
+        files={"app.log": log}, hidden={"count": 1}, split=split,
+    )  # fmt: skip
+
+
+def test_same_prompt_with_different_files_is_not_a_leak_and_same_files_is_with_its_reason():
+    logs = [f"ERROR request {n} took {n * 7 % 900}ms\nINFO request {n + 1} took 3ms\n" for n in range(3)]
+    apart = [_log_task("t/0", "train", logs[0]), _log_task("e/0", "eval", logs[1])]
+    assert find_split_leaks(apart) == []
+    # Control: the same file under the same prompt is flagged, and it says which fields and how much.
+    copied = [_log_task("t/0", "train", logs[2]), _log_task("e/0", "eval", logs[2])]
+    (leak,) = find_split_leaks(copied)
+    assert leak.field == "prompt" and "prompt identical" in leak.why and "files (app.log)" in leak.why
+    assert "Jaccard 1.00" in leak.why and leak.why in summarise_leaks([leak])
+
+
+def test_a_prompt_only_leak_says_why():
+    prompt = "Compute the sum of the first one hundred odd numbers and explain each step."
+    tasks = [Task(id=f"{s}/0", domain="math", prompt=prompt, split=s) for s in ("train", "eval")]
+    (leak,) = find_split_leaks(tasks)
+    assert leak.why == "prompt identical after normalisation"

@@ -41,8 +41,8 @@ DEFAULT_FORMS = ("product3x3",)
 # How a tool demonstration states its answer. Its length is chosen so that the answer's digits sit
 # exactly as many tokens after their copy in the tool output as the tool call's expression sits after
 # the prompt's (70 byte tokens in the ChatML rendering): one relative-position attention head then
-# serves both copies, and a tiny model learns them together (measured: both copies emerged by SFT
-# step ~350 on a seed where, with a bare-number answer, the second had not emerged by step 500).
+# serves both copies, and a tiny model learns them together instead of one after the other
+# (docs/benchmarks.md, "Figures behind design choices").
 ANSWER_PHRASE = "Python printed it, the answer is {answer}."
 _DEFAULT_SIZES = {"train": 5000, "eval": 200, "test": 200}
 _EVAL_EVERY = 10  # one problem in ten belongs to the held-out splits
