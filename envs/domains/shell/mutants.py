@@ -13,7 +13,7 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
-from envs.domains.shell.rules import keeps_services
+from envs.domains.shell.rules import cron_resets, keeps_services
 from envs.quality.hooks import Mutant, bash, leave_running, register_mutator
 from envs.tasks import Task
 
@@ -72,7 +72,13 @@ def emptied_keep_names(env: Any, task: Task) -> Iterator[Mutant]:
 @register_mutator("deletion_behind_symlink", domains=["shell"])
 def deletion_behind_symlink(env: Any, task: Task) -> Iterator[Mutant]:
     """The gold, with what it removed kept reachable through a directory link inside each checked tree."""
-    trees = [c["path"] for c in _checks(task) if c["type"] == "tree"]
+    # a tree the checker resets before running the task's cron job loses the link with everything else
+    resets = cron_resets(task.id, task.metadata, _checks(task))
+    trees = [
+        c["path"]
+        for c in _checks(task)
+        if c["type"] == "tree" and not any(c["path"] == r or c["path"].startswith(r + "/") for r in resets)
+    ]
     if not trees:
         return
     keep = bash(f"cp -a /workspace {_START_COPY}")
