@@ -7,8 +7,11 @@ and plays the task's gold as the control that the same checks pass.
 
 from __future__ import annotations
 
+import pytest
+
+from envs.domains.shell.rules import judge
 from envs.domains.shell.selfcheck import gold
-from envs.quality.hooks import SUBMIT, bash, leave_running
+from envs.quality.hooks import SUBMIT, bash, leave_running, mutators_for
 from envs.quality.validate import play
 from tests.envs.conftest import make_env
 
@@ -111,3 +114,39 @@ def test_git_stat_trust_config_cannot_hide_a_modification(pool):
     )
     failed = _failed(pool, "shell/git-initial-import", [gold("shell/git-initial-import"), bash(script)])
     assert failed == {"clean tree"}
+
+
+def test_every_generated_mutant_of_every_shell_task_fails(pool):
+    env = make_env("agentrl/ShellOps-v0", pool)
+    survivors, played = [], 0
+    try:
+        for task in env.tasks:
+            for name, mutate in mutators_for("shell"):
+                for mutant in mutate(env, task):
+                    verification = play(env, task, (*mutant.actions, SUBMIT))
+                    played += 1
+                    if verification["passed"] or verification["anomaly"]:
+                        survivors.append((task.id, name, mutant.name, verification["reward"], verification["anomaly"]))
+    finally:
+        env.close()
+    assert played >= len(env.tasks) and not survivors, survivors
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text", "ok"),
+    [
+        ("ini", "[server]\nport = 9090\ndebug = off\n[app]\ngreeting = hi\n", True),
+        ("ini", "[server]\nport = 8000\ndebug = off\n[app]\ngreeting = hi\nport = 9090\n", False),
+        ("ini", "[server]\nport = 9090\nport = 9091\ndebug = no\n[app]\ngreeting = hi\n", False),  # duplicate key
+        ("ini", "[server]\nport = 9090\n[app]\ngreeting = hi\n", False),  # debug left unset
+        ("json", '{"server": {"port": 9090, "debug": false}, "app": {"greeting": "hi"}}', True),
+        ("json", '{"server": {"port": "9090", "debug": false}, "app": {"greeting": "hi"}}', False),  # a string
+        ("yaml", "server: {port: 9090, debug: false}\napp: {greeting: hi}\n# port: 9090\n", True),
+        ("toml", 'app.greeting = "hi"\n[server]\nport = 9090\ndebug = false\n', True),
+        ("toml", '[server]\nport = 9090\ndebug = false\n[other]\ngreeting = "hi"\n', False),
+    ],
+)
+def test_config_values_are_compared_at_their_keys(fmt, text, ok):
+    check = {"type": "config", "path": "c", "format": fmt, "values": {"server.port": 9090, "server.debug": False}}
+    check["values"]["app.greeting"] = "hi"
+    assert judge(check, {"text": text})[0] is ok

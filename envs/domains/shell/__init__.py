@@ -7,7 +7,7 @@
 * ``in_sandbox/state_checker.py``: what looks at the sandbox (it reports, the host judges).
 """
 
-from envs.domains.shell import selfcheck, verifier  # noqa: F401 - registers the verifier and the self-check
+from envs.domains.shell import mutants, selfcheck, verifier  # noqa: F401 - registers the verifier, self-check and mutators
 from envs.domains.shell.env import ShellOpsEnv
 
 __all__ = ["ShellOpsEnv"]
