@@ -107,7 +107,8 @@ def test_pinned_memory_that_starves_the_judge_scores_the_correct_fix_0(pool):
     env.close()
     assert (starved["reward"], starved["anomaly"]) == (0.0, None), starved["details"]
     assert starved["details"][FAILURE_KIND] == FailureKind.PINNED_MEMORY.value
-    assert "exit 137, oom True" in str(starved["details"]["outcome"]["details"]["problems"])
+    problems = str(starved["details"]["outcome"]["details"]["problems"])  # the judge or its repository server
+    assert "oom True" in problems or "Killed" in problems, problems
     assert (spared["reward"], spared["anomaly"]) == (1.0, None), spared["details"]
 
 
