@@ -154,6 +154,9 @@ def test_kill_all_leaves_no_memory_behind_for_the_judge(target):  # noqa: F811
     assert left.split()[0] == "1" and "left" in left, left  # control: the probe sees what was left
     starved = target.exec(["python3", "-c", JUDGE_NEEDS_MEMORY], user="judge", timeout=30)
     assert starved.exit_code != 0  # control: with the segment held, the judge's allocation fails
+    # The OOM killer's order: the model's commands before the judge's, the judge's before the agent.
+    scores = [target.exec("cat /proc/self/oom_score_adj", user=u).stdout_text.strip() for u in ("sandbox", "judge")]
+    assert scores == ["1000", "500"], scores
     target.kill_all()
     left = target.exec(LEFT, user="judge").stdout_text
     assert left.split()[0] == "0" and "left" not in left, left

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,35 @@ def test_cancelled_batch_leaves_nothing_running(backend):
         wait_for(lambda: sched.metrics()["sandbox/running"] == 0, 10, "the scheduler to count no job running")
     assert len(made) == 2  # the four queued ones never started
     assert_nothing_left(pool, made)
+
+
+def test_cancelling_a_batch_never_starts_its_queued_jobs_in_freed_slots(backend):
+    """The flake's mechanism made certain: each abort returns only once the aborted job has freed its slot.
+
+    Cancelled one handle at a time, the dispatcher then had a free slot and a queued job of the same
+    batch not yet cancelled, and started it in a new sandbox. Control: a job submitted after the
+    cancel does start in the slots the cancel freed, so the probe sees a start when there is one.
+    """
+    pool, sched = make(backend)
+    made: list = []
+    abort = pool.abort
+
+    def slow_abort(sb):  # returns once the scheduler has had every chance to refill the slot
+        abort(sb)
+        wait_for(lambda: sched.metrics()["sandbox/running"] < 2 or len(made) > 2, 10, "a freed slot")
+        time.sleep(0.5)
+
+    pool.abort = slow_abort
+    with pool, sched:
+        batch = sched.submit_batch(
+            Job(tracking(made)(lambda sb: sb.exec("sleep 120", timeout=300)), spec=SPEC) for _ in range(6)
+        )
+        wait_for(lambda: len(made) == 2, 60, "two jobs to be running")
+        assert batch.cancel() == 6
+        assert [r.status for r in batch.results(timeout=60)] == ["cancelled"] * 6
+        assert len(made) == 2, "a queued job of the cancelled batch started"
+        later = sched.submit(Job(tracking(made)(lambda sb: sb.exec("echo ok").stdout), spec=SPEC))
+        assert later.result(timeout=60).value == b"ok\n" and len(made) == 3  # control
 
 
 _INTERRUPTED = """
