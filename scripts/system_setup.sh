@@ -28,7 +28,8 @@ if [ "${#pkgs[@]}" -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
 fi
 
-# Sandbox uids of the bwrap backend map onto this range, never onto host root.
+# Sandbox uids of the bwrap backend map onto this range, never onto host root: one slot of it per
+# running sandbox (sandbox.identity.SLOTS), so per-user kernel budgets are per sandbox.
 python -m sandbox.identity setup
 
 # Links, regular files and FIFOs planted in a sticky world-writable dir (/tmp) by one uid must not be

@@ -27,7 +27,7 @@ from sandbox.agent import BOOTSTRAP
 from sandbox.agent.confine import AGENT_CAPS
 from sandbox.backends.base import LABEL, Backend, Sandbox, owner_tag
 from sandbox.backends.channel import MultiplexedSocketTransport
-from sandbox.backends.socket_memory import bound_docker_container, tcp_limit_bytes
+from sandbox.backends.socket_memory import bound_docker_container
 from sandbox.errors import (
     DaemonUnreachable,
     ImageMissing,
@@ -106,7 +106,6 @@ class DockerSandbox(Sandbox):
                 },
                 log_config=docker.types.LogConfig(type="none"),
             )
-            host_config["KernelMemoryTCP"] = tcp_limit_bytes(spec.memory_mb << 20)  # see socket_memory.py
             created = api.create_container(
                 spec.image,
                 command=["python3", "-I", "-S", "-u", "-c", BOOTSTRAP],

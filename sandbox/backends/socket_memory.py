@@ -5,8 +5,8 @@ On cgroup v2 the memory controller charges socket buffers to ``memory.max``
 buffers have their own counter, ``memory.kmem.tcp.*``, unlimited by default:
 300 loopback connections held 1.17 GB of host memory from a sandbox capped at
 96 MiB while its cgroup peaked at 13 MiB. So on v1 both backends set that
-limit alongside the memory limit (bwrap writes it, Docker passes
-``KernelMemoryTCP``), and a sandbox whose limit cannot be set does not start.
+limit alongside the memory limit (bwrap with the sandbox's cgroup, Docker's
+container after start), and a sandbox whose limit cannot be set does not start.
 
 UDP and other datagram buffers are charged on neither v1 counter; they are
 bounded per socket by ``net.core.rmem_max``/``wmem_max`` and per sandbox by
@@ -72,9 +72,9 @@ def _docker_memory_cgroup(cid: str) -> Path | None:
 def bound_docker_container(cid: str, memory_bytes: int, *, daemon_cgroup_version: str, daemon: str) -> None:
     """Sets the TCP limit of a started container on a cgroup v1 daemon, or refuses it, saying why.
 
-    ``KernelMemoryTCP`` is passed at create, but Docker 20.10 with runc 1.1 records it and never
-    writes it (the container's ``memory.kmem.tcp.limit_in_bytes`` stays unlimited), so the host
-    writes the limit itself, after start and before the agent runs anything.
+    Docker's ``KernelMemoryTCP`` is no use: Docker 20.10 with runc 1.1 records it and never writes
+    it (the container's ``memory.kmem.tcp.limit_in_bytes`` stays unlimited), and newer Dockers drop
+    it. So the host writes the limit itself, after start and before the agent runs any command.
     """
     if daemon_cgroup_version != "1":
         return  # v2 charges socket buffers to memory.max

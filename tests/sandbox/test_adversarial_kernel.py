@@ -147,9 +147,18 @@ def _unbounded_by_limit(out: dict, limit: int) -> bool:
     return out["queued"] > limit + out["connections"] * FORCED_PER_CONNECTION
 
 
+def _socket_bound(memory_bytes: int) -> int:
+    """The memory a sandbox's socket buffers may take: v1's separate TCP limit, or all of memory.max on v2."""
+    return socket_memory.tcp_limit_bytes(memory_bytes) if cgroups.cgroup_version() == 1 else memory_bytes
+
+
 def test_socket_buffers_count_against_the_memory_limit(target):
-    """Loopback connections that are never read cannot hold host memory beyond the sandbox's bound."""
-    limit = socket_memory.tcp_limit_bytes(SPEC.memory_mb << 20)
+    """Loopback connections that are never read cannot hold host memory beyond the sandbox's bound.
+
+    On cgroup v2 this is the proof that socket memory is charged to ``memory.max``; on v1 that the
+    separate TCP limit holds.
+    """
+    limit = _socket_bound(SPEC.memory_mb << 20)
     r = target.exec(["python3", "-c", TCP_FILL, str(4 * limit), "1000"], timeout=60)
     assert r.exit_code == 0, r.stderr_text
     out = json.loads(r.stdout)
@@ -159,7 +168,7 @@ def test_socket_buffers_count_against_the_memory_limit(target):
 
 def test_the_tcp_probe_queues_past_the_bound_where_nothing_bounds_it():
     """Control: on the host, with no cgroup TCP limit, the same probe and check see the memory held."""
-    limit = socket_memory.tcp_limit_bytes(SPEC.memory_mb << 20)
+    limit = _socket_bound(SPEC.memory_mb << 20)
     r = subprocess.run(
         [sys.executable, "-c", TCP_FILL, str(2 * limit), "1000"], capture_output=True, text=True, timeout=120
     )
