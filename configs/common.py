@@ -2,7 +2,8 @@
 
 Every experiment composes: a model, task pools with weights, a sandbox backend,
 an algorithm with its loss, an optimizer, the rollout settings, evaluation, and
-the loop. Only ``ml_collections`` is imported here (configs name code by string).
+the loop. Code is named by string; what a learner defaults to (AdamW's b1, b2, eps) is read from
+``rl.learning.LearnerConfig``, so a run and a learner built directly train alike.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import ml_collections as mlc
+
+from rl.learning.learner_config import LearnerConfig
 
 
 def model(
@@ -195,9 +198,9 @@ def optimizer(
             "weight_decay": weight_decay,
             "grad_clip_norm": grad_clip_norm,
             "microbatches": microbatches,
-            "b1": 0.9,
-            "b2": 0.99,
-            "eps": 1e-8,
+            "b1": LearnerConfig.b1,
+            "b2": LearnerConfig.b2,
+            "eps": LearnerConfig.eps,
             "end_lr_ratio": end_lr_ratio,
             "remat": remat,
             "logits_chunk_mib": logits_chunk_mib,

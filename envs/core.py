@@ -262,15 +262,6 @@ class AgentEnv(gym.Env[str, str]):
             return None
         return self.spec_for_sandbox
 
-    def abandon(self, reason: str = "abandoned") -> None:
-        """Ends the episode unverified because the *caller* stopped it (e.g. its context is full).
-
-        Releases the sandbox; the caller scores the episode itself.
-        """
-        if self.episode is not None and not self.episode.done:
-            self.episode.end_reason = reason
-        self._release_sandbox()
-
     def render(self) -> str | None:
         if self.render_mode != "ansi" or self.episode is None:
             return None

@@ -164,12 +164,6 @@ class Learner(TrainedState):
             out = _PROGRAMS[key](params, rest, placed.tokens, placed.input_mask, placed.positions, placed.segment_ids)
         return np.asarray(jax.device_get(out))
 
-    def reset_reference(self) -> None:
-        """Makes the current parameters the KL reference (e.g. after an SFT warm start on this learner)."""
-        if not self.config.use_reference:
-            raise ValueError("reset_reference: no reference policy (LearnerConfig.loss.kl_coef is 0)")
-        self._ref = jax.device_put(self._params(), self._param_shardings, may_alias=False)
-
     # -- the reference policy is part of the state -----------------------------------------------
     def _extra_state(self) -> dict[str, Any]:
         return {"ref_params": self._ref} if self._ref is not None else {}

@@ -95,7 +95,7 @@ class LearnerConfig:
     decay_start: int = 0
     weight_decay: float = 0.0
     b1: float = 0.9
-    b2: float = 0.999
+    b2: float = 0.99  # the runs' value (configs.common.optimizer reads it): shorter memory than Adam's 0.999
     eps: float = 1e-8
     grad_clip_norm: float | None = 1.0
     microbatches: int = 1

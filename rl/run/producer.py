@@ -48,12 +48,11 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class Produced:
-    """One RL step's episodes, and the data stream's state right after they were drawn and run."""
+    """One RL step's tasks and episodes, sampled ahead of its update (kept in checkpoints while pending)."""
 
     step: int
     tasks: list[Task]
     result: RolloutResult
-    stream_state: Any  # what Trainer needs to resume drawing after this step (JSON data)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,7 +61,6 @@ class Produced:
             "episodes": [dataclasses.asdict(e) for e in self.result.episodes],
             "requeue": [t.to_dict() for t in self.result.requeue],
             "timing": self.result.timing,
-            "stream_state": self.stream_state,
         }
 
     @classmethod
@@ -70,7 +68,9 @@ class Produced:
         episodes = [EpisodeRecord(**e) for e in data["episodes"]]
         requeue = [Task.from_dict(t) for t in data["requeue"]]
         result = RolloutResult(episodes, requeue, dict(data["timing"]))
-        return cls(data["step"], [Task.from_dict(t) for t in data["tasks"]], result, data["stream_state"])
+        return cls(
+            data["step"], [Task.from_dict(t) for t in data["tasks"]], result
+        )  # older files' stream_state: unused
 
 
 class RolloutProducer:

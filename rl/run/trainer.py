@@ -46,11 +46,13 @@ MAX_REQUEUES = 2  # a task whose environment keeps failing is dropped after this
 class Trainer:
     """Runs one experiment to its last step (see the module docstring)."""
 
-    def __init__(self, exp: Experiment, *, synchronous: bool = False):
-        """``synchronous``: sample each RL step inline, without the producer thread (the reference
-        that ``loop.max_staleness=0`` must equal bit for bit)."""
+    def __init__(self, exp: Experiment, *, synchronous: bool | None = None):
+        """``synchronous``: sample each RL step inline, on this thread, without the producer thread.
+        By default, exactly when ``loop.max_staleness=0``: an on-policy run has nothing to overlap, so
+        whoever steps through it with a debugger stays on the main thread. (``False`` forces the
+        producer: at ``max_staleness=0`` it must equal the inline loop bit for bit, and a test checks it.)"""
         self.exp = exp
-        self.synchronous = synchronous
+        self.synchronous = exp.settings.loop.max_staleness == 0 if synchronous is None else synchronous
         self.producer: RolloutProducer | None = None
         self.restored_pending: list[Produced] = []
         s = exp.settings
@@ -255,7 +257,7 @@ class Trainer:
         for task in result.requeue:
             if retries.get(task.id, 0) < MAX_REQUEUES:
                 self.requeue.append((task, retries.get(task.id, 0) + 1, eligible))
-        return Produced(step, tasks, result, None)
+        return Produced(step, tasks, result)
 
     def _produce(self, step: int) -> Produced:
         """Draws and samples step ``step`` inline with the live model (the synchronous loop)."""

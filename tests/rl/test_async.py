@@ -54,20 +54,25 @@ def _train(workdir: Path, *extra: str) -> list[str]:
     return ["rl.train", "--config=configs/quickstart.py", f"--workdir={workdir}", *SHORT, *extra]
 
 
-def _train_in_process(workdir: Path, synchronous: bool) -> None:
+def _train_in_process(workdir: Path, synchronous: bool | None) -> Trainer:
     config = quickstart.get_config("test")
     catalog = TaskCatalog()
     exp = build(load_settings(config, catalog), workdir, catalog)
     try:
-        Trainer(exp, synchronous=synchronous).run()
+        trainer = Trainer(exp, synchronous=synchronous)
+        trainer.run()
+        return trainer
     finally:
         exp.close()
 
 
 def test_staleness_zero_is_the_synchronous_loop(tmp_path):
+    """At ``max_staleness=0`` the default runs inline, with no producer thread, and the producer (forced)
+    ends bit for bit where the inline loop does."""
     backend_or_skip("bwrap")
-    _train_in_process(tmp_path / "sync", synchronous=True)
-    _train_in_process(tmp_path / "producer", synchronous=False)
+    assert quickstart.get_config("test").loop.max_staleness == 0
+    assert _train_in_process(tmp_path / "sync", synchronous=None).producer is None
+    assert _train_in_process(tmp_path / "producer", synchronous=False).producer is not None  # control
     assert without_timing(read_metrics(tmp_path / "sync")) == without_timing(read_metrics(tmp_path / "producer"))
     a, b = _final_params(tmp_path / "sync"), _final_params(tmp_path / "producer")
     for key in a:

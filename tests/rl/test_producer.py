@@ -50,7 +50,7 @@ def _wait(predicate, what: str) -> None:
 
 def _producer(rollout, staleness, finish=None):
     model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
-    finish = finish or (lambda step, tasks, result: Produced(step, tasks, result, None))
+    finish = finish or (lambda step, tasks, result: Produced(step, tasks, result))
     return RolloutProducer(
         rollout, lambda step: [f"task-{step}"], finish, model, staleness=staleness, rl_start=0, first=1, last=4
     )

@@ -14,6 +14,7 @@ import pytest
 
 from configs import common, quickstart
 from envs import env_for_domain
+from rl.learning.learner_config import LearnerConfig
 from rl.run import experiment
 from rl.run.evaluation import held_out_tasks
 from rl.run.experiment import build, check_workdir, example_tasks
@@ -82,6 +83,15 @@ def test_memory_settings_reach_every_learner_and_older_configs_keep_the_defaults
     older = _config()
     del older.optimizer["remat"], older.optimizer["logits_chunk_mib"]
     assert all(not ln.remat and ln.logits_chunk_mib == 64 for ln in load_settings(older).learners.values())
+
+
+def test_a_run_and_a_directly_built_learner_share_the_optimizer_defaults():
+    """configs.common.optimizer reads AdamW's b1, b2, eps from LearnerConfig: one default, not two
+    (they once disagreed: a run used b2=0.99, a notebook's LearnerConfig() 0.999)."""
+    direct = LearnerConfig()
+    for learner in load_settings(_config()).learners.values():
+        assert (learner.b1, learner.b2, learner.eps) == (direct.b1, direct.b2, direct.eps)
+    assert load_settings(_config(optimizer__b2=0.95)).learners["rl"].b2 == 0.95  # control: a config may set it
 
 
 def test_gspo_is_selected_by_the_loss_name_and_packs():
