@@ -25,11 +25,13 @@ metrics can count how often policies break their sandboxes.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from envs.tools import ToolContext
 from envs.verifiers import Verification
 from sandbox import Sandbox, SandboxInfraError, SandboxSpec
 
@@ -188,3 +190,17 @@ def settle(
     if not policy_may_cause(second.anomaly):
         return first
     return policy_failure(kind or FailureKind.BROKE_SANDBOX, first, evidence)
+
+
+def replay(env: Any, sandbox: Sandbox) -> None:
+    """Runs ``env``'s episode's tool calls again in ``sandbox`` from the task's start state, outputs discarded.
+
+    ``env`` is the :class:`envs.core.AgentEnv` whose episode ended; ``submit`` and malformed calls ran nothing.
+    """
+    env.setup_sandbox(sandbox, env.task)
+    ctx = ToolContext(sandbox, env.task, env.tool_timeout_s, env.max_tool_output_chars)
+    for record in env.episode.tool_calls:
+        if record.malformed or record.name not in env.tools or record.name == "submit":
+            continue
+        scratch = f"/tmp/.agentrl-{record.turn}-{record.index}"
+        env.tools[record.name](dataclasses.replace(ctx, scratch=scratch), record.arguments)

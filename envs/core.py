@@ -384,21 +384,11 @@ class AgentEnv(gym.Env[str, str]):
                 self.setup_sandbox(fresh, self.task)
                 fresh.restore(snapshot)
             else:
-                self._replay(fresh)
+                anomalies.replay(self, fresh)
             ctx = VerifyContext(task=self.task, sandbox=fresh, episode=self.episode, max_turns=self.max_turns)
             return self.verifier.verify(ctx)
         finally:
             self._release(fresh)
-
-    def _replay(self, sandbox: Sandbox) -> None:
-        """Runs the episode's tool calls again in ``sandbox`` (prepared for the task), outputs discarded."""
-        self.setup_sandbox(sandbox, self.task)
-        ctx = ToolContext(sandbox, self.task, self.tool_timeout_s, self.max_tool_output_chars)
-        for record in self.episode.tool_calls:
-            if record.malformed or record.name not in self.tools or record.name == "submit":
-                continue
-            scratch = f"/tmp/.agentrl-{record.turn}-{record.index}"
-            self.tools[record.name](dataclasses.replace(ctx, scratch=scratch), record.arguments)
 
     def _release_sandbox(self) -> None:
         sandbox, self.sandbox = self.sandbox, None
