@@ -116,20 +116,22 @@ def test_git_stat_trust_config_cannot_hide_a_modification(pool):
     assert failed == {"clean tree"}
 
 
-def test_every_generated_mutant_of_every_shell_task_fails(pool):
+def test_every_authored_and_generated_mutant_of_every_shell_task_fails(pool):
     env = make_env("agentrl/ShellOps-v0", pool)
     survivors, played = [], 0
     try:
         for task in env.tasks:
-            for name, mutate in mutators_for("shell"):
-                for mutant in mutate(env, task):
-                    verification = play(env, task, (*mutant.actions, SUBMIT))
-                    played += 1
-                    if verification["passed"] or verification["anomaly"]:
-                        survivors.append((task.id, name, mutant.name, verification["reward"], verification["anomaly"]))
+            authored = [("authored", m) for m in env.near_miss_actions(task)]
+            assert len(authored) >= 3, task.id
+            generated = [(name, m) for name, mutate in mutators_for("shell") for m in mutate(env, task)]
+            for name, mutant in authored + generated:
+                verification = play(env, task, (*mutant.actions, SUBMIT))
+                played += 1
+                if verification["passed"] or verification["anomaly"]:
+                    survivors.append((task.id, name, mutant.name, verification["reward"], verification["anomaly"]))
     finally:
         env.close()
-    assert played >= len(env.tasks) and not survivors, survivors
+    assert played >= 4 * len(env.tasks) and not survivors, survivors
 
 
 @pytest.mark.parametrize(

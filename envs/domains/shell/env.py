@@ -13,7 +13,7 @@ from envs.core import AgentEnv, register_domain
 from envs.domains.shell.rules import cron_resets, keeps_services, validate_checks
 from envs.domains.shell.verifier import run_state_checks
 from envs.parsing import format_tool_call
-from envs.quality.hooks import register_compiler, task_fields
+from envs.quality.hooks import NEAR_MISSES, Mutant, register_compiler, task_fields
 from envs.tasks import Task, TaskError
 from sandbox import Sandbox, SandboxSpec, get_backend
 
@@ -61,6 +61,29 @@ class ShellOpsEnv(AgentEnv):
     def gold_actions(self, task: Task) -> list[str]:
         return [format_tool_call("bash", {"command": task.gold["script"]}), format_tool_call("submit")]
 
+    def near_miss_actions(self, task: Task) -> list[Mutant]:
+        """The task's authored near misses as mutants: each one bash action from the start state, then submit."""
+        return [
+            Mutant(
+                m["name"], m["why"], (format_tool_call("bash", {"command": m["script"]}), format_tool_call("submit"))
+            )
+            for m in task.gold.get(NEAR_MISSES, [])
+        ]
+
+
+def near_misses(record: dict[str, Any]) -> list[dict[str, str]]:
+    """``near_misses`` of a shell source record, validated: at least 3 of ``{name, why, script}``, names unique."""
+    where = f"shell source {record.get('id')!r} near_misses"
+    items = record.get("near_misses")
+    if not isinstance(items, list) or len(items) < 3:
+        raise TaskError(f"{where}: expected a list of at least 3 wrong end states, got {items!r:.80}")
+    for i, m in enumerate(items):
+        if not isinstance(m, dict) or not all(isinstance(m.get(k), str) and m[k] for k in ("name", "why", "script")):
+            raise TaskError(f"{where}[{i}]: expected {{name, why, script}} strings, got {m!r:.80}")
+    if len({m["name"] for m in items}) != len(items):
+        raise TaskError(f"{where}: names must be unique")
+    return [{k: m[k] for k in ("name", "why", "script")} for m in items]
+
 
 @register_compiler("shell")
 def compile_shell(records: list[dict[str, Any]], *, backend: str = "bwrap", **_: Any) -> list[Task]:
@@ -84,7 +107,7 @@ def compile_shell(records: list[dict[str, Any]], *, backend: str = "bwrap", **_:
                     **task_fields(r, "shell"),
                     files=dict(r.get("files", {})),
                     hidden={"checks": list(r["checks"]), "goal_checks": goals},
-                    gold={"script": r["gold"]},
+                    gold={"script": r["gold"], NEAR_MISSES: near_misses(r)},
                     metadata={
                         "source": "agentrl",
                         "setup": r.get("setup", ""),
