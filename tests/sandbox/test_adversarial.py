@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import socket
 import subprocess
 import time
@@ -103,14 +102,6 @@ def test_privilege_escalation_fails(hostile, cmd):
     assert r.exit_code != 0, (cmd, r)
     assert "0000000000000000" in hostile.exec("grep CapEff /proc/self/status").stdout_text
     assert hostile.ping()["pid"] == 1  # the agent is still there (kill-agent did not land)
-
-
-def test_privilege_escalation_probes_see_success_when_it_is_real(hostile):
-    """Controls: each probe above exits 0 where its effect is allowed, so its non-zero exit inside means denial."""
-    if os.geteuid() == 0:  # root on the host: the setuid probe does become uid 0 there
-        assert subprocess.run(["sh", "-c", SETUID_ROOT], capture_output=True).returncode == 0
-    r = hostile.exec("sleep 30 & kill -9 $!", timeout=10)  # killing a process the command may signal works
-    assert r.exit_code == 0, r.stderr_text
 
 
 def test_state_is_invisible_to_the_next_sandbox(backend):

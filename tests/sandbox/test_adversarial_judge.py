@@ -7,11 +7,13 @@ showing that the probe sees the effect when it is real.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 
 import pytest
 
-from tests.sandbox.test_adversarial import run_py, target  # noqa: F401 - the shared fresh/pooled fixture
+from tests.sandbox.test_adversarial import SETUID_ROOT, run_py, target  # noqa: F401 - the shared fresh/pooled fixture
 
 # Stops and continues an orphan of the agent (so each stop/continue is a SIGCHLD to PID 1) as fast as
 # it can, from a process left running between execs: before the fix this filled the agent's wake-up
@@ -244,3 +246,11 @@ def test_a_snapshot_of_inflated_files_is_a_file_error_not_an_oom(target, attack)
     # Control: the same files made dense and unlinked down to one name snapshot fine.
     target.exec("rm -f /tmp/l* /tmp/hole1 /workspace/hole2; head -c 8M /dev/zero > /tmp/dense")
     assert target.snapshot().size_bytes > 8 << 20
+
+
+def test_privilege_escalation_probes_see_success_when_it_is_real(hostile):
+    """Controls for test_adversarial's privilege-escalation probes: they exit 0 where the effect is allowed."""
+    if os.geteuid() == 0:  # root on the host: the setuid probe does become uid 0 there
+        assert subprocess.run(["sh", "-c", SETUID_ROOT], capture_output=True).returncode == 0
+    r = hostile.exec("sleep 30 & kill -9 $!", timeout=10)  # killing a process the command may signal works
+    assert r.exit_code == 0, r.stderr_text
