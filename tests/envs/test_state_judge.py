@@ -207,7 +207,7 @@ def test_git_settings_of_the_agent_never_run_as_the_judge(trap, pool):
         assert sandbox.exec(GIT_REPO + " && " + GIT_TRAPS[trap], timeout=30).ok
         naive = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
         for command in GIT_COMMANDS:
-            sandbox.exec(command, user="judge", env=naive, timeout=30)
+            sandbox.exec(command, user="judge", env=naive, cwd="/workspace", timeout=30)
         ran = sandbox.exec("ls /tmp/ran", timeout=10).stdout_text.split()
         assert ran, f"the {trap} trap does not fire for a naive judge; it proves nothing"
         sandbox.exec("rm -f /tmp/ran/*", timeout=10)
@@ -285,8 +285,9 @@ def test_full_disks_are_not_anomalies_and_gold_still_passes(pool):
     config = write("pipeline.yaml", task.gold["files"]["pipeline.yaml"])
     verification = _play(pool, "agentrl/DataPipeline-v0", task.id, (config, _fill("/tmp"), SUBMIT))
     assert verification["passed"], verification["details"]  # staged on /dev/shm instead
+    # kill_all empties /dev/shm before the judge runs, so filling both leaves the judge room to stage
     verification = _play(pool, "agentrl/DataPipeline-v0", task.id, (config, _fill("/tmp /dev/shm"), SUBMIT))
-    assert verification["reward"] == 0.0 and "cannot stage" in json.dumps(verification["details"])
+    assert verification["passed"] and not verification.get("anomaly"), verification["details"]
 
 
 # -- the pipeline judge ----------------------------------------------------------------------

@@ -29,11 +29,12 @@ forge (the HMAC and nonce of the earlier design are gone with that reason).
 An unreadable file, a FIFO, a symlink into ``/proc``, a full disk: each fails
 its check; only :class:`sandbox.SandboxInfraError` makes an anomaly.
 
-When the task lists ``hidden.goal_checks`` (the checks that fail in the
-initial state, found when the task is compiled), the score is 0 if any other
-check broke (the agent destroyed something that was fine) and otherwise the
-share of goal checks that hold, so doing nothing scores 0. Without it, the
-score is the share of all checks that hold.
+The reward is all or nothing: 1 when every check holds, else 0. A share of
+checks would pay near misses (a stand-in service that gets the config right,
+an archive with the right names) a part of the reward, and a policy climbs
+any slope it is given. The share of ``hidden.goal_checks`` that hold (the
+checks that fail in the initial state, found when the task is compiled) is
+kept in ``details["goal_share"]`` for reading runs, 0 if any other check broke.
 """
 
 from __future__ import annotations
@@ -210,8 +211,8 @@ class SandboxStateVerifier(Verifier):
         goals = task.hidden.get("goal_checks")
         if goals:
             broken = [name for name, good in ok.items() if name not in goals and not good]
-            score = 0.0 if broken else sum(1 for g in goals if ok.get(g)) / len(goals)
+            share = 0.0 if broken else sum(1 for g in goals if ok.get(g)) / len(goals)
         else:
-            score = sum(ok.values()) / len(ok)
-        details = {"checks": results, "goal_checks": goals or [], "keep_services": keep}
-        return self.result(score, passed=passed, details=details)
+            share = sum(ok.values()) / len(ok)
+        details = {"checks": results, "goal_checks": goals or [], "goal_share": share, "keep_services": keep}
+        return self.result(1.0 if passed else 0.0, passed=passed, details=details)
