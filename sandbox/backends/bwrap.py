@@ -38,6 +38,7 @@ from sandbox.backends.base import Backend, Sandbox
 from sandbox.backends.cgroups import SandboxCgroup, cgroup_version, gc_cgroups
 from sandbox.backends.channel import PipeTransport
 from sandbox.backends.drain import StderrDrain
+from sandbox.backends.link_protection import require_link_protections
 from sandbox.backends.uid_slots import UidSlot, acquire_slot
 from sandbox.errors import (
     BackendUnavailable,
@@ -339,6 +340,7 @@ class BwrapBackend(Backend):
                 backend=self.name,
             )
         self.host_ids  # noqa: B018 - raises the clear error when the range is missing
+        require_link_protections(self.name)
         spec = spec or SandboxSpec()
         if not spec.read_only_root:
             raise SandboxUsageError(

@@ -27,6 +27,7 @@ from sandbox.agent import BOOTSTRAP
 from sandbox.agent.confine import AGENT_CAPS
 from sandbox.backends.base import LABEL, Backend, Sandbox, owner_tag
 from sandbox.backends.channel import MultiplexedSocketTransport
+from sandbox.backends.link_protection import require_link_protections
 from sandbox.backends.socket_memory import bound_docker_container
 from sandbox.errors import (
     DaemonUnreachable,
@@ -296,6 +297,10 @@ class DockerBackend(Backend):
         client = self.client
         if spec.image in self._images_seen:
             return
+        if self.url.startswith(
+            "unix://"
+        ):  # the daemon's kernel is this one; a remote host's setup script checks its own
+            require_link_protections(self.name)
         try:
             client.images.get(spec.image)
         except _docker().errors.ImageNotFound as exc:
