@@ -14,6 +14,7 @@ environment and fails a task that pays one, naming the mutant.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -55,7 +56,7 @@ def comment_out_added(env: Any, task: Task) -> Iterator[Mutant]:
     elif isinstance(gold.get("files"), dict):
         start = dict(task.files or {})
         files = {p: _comment_added(start.get(p, ""), c) for p, c in gold["files"].items() if p.endswith(HASH_COMMENTS)}
-        if not files:
+        if not files or files == {p: gold["files"][p] for p in files}:  # nothing added that a comment could hide
             return
         solution = {"files": files}
     else:
@@ -79,5 +80,9 @@ def _comment_patch_line(line: str) -> str:
 
 
 def _comment_added(start: str, gold: str) -> str:
-    kept = set(start.splitlines())
-    return "".join(line if line.rstrip("\n") in kept else _comment(line) for line in gold.splitlines(keepends=True))
+    """``gold`` with the lines it inserts or replaces (in order: a moved line counts as added) commented out."""
+    before, after = start.splitlines(keepends=True), gold.splitlines(keepends=True)
+    out = []
+    for tag, _, _, j1, j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes():
+        out += after[j1:j2] if tag == "equal" else [_comment(line) for line in after[j1:j2]]
+    return "".join(out)
