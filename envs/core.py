@@ -78,6 +78,8 @@ class AgentEnv(gym.Env[str, str]):
     default_tasks: ClassVar[str] = ""
     system_prompt: ClassVar[str] = "You are an agent working in a Linux sandbox. Use the tools to complete the task."
     final_answer_ends_episode: ClassVar[bool] = False
+    # Authored near misses (``gold["near_misses"]``) each task must ship; ``envs.quality.validate`` enforces it.
+    min_near_misses: ClassVar[int] = 0
     # False for stateless domains (a calculator-like tool, nothing to set up): a sandbox is taken
     # only for the tool calls of one step and handed back right after, so thousands of episodes in
     # flight need only as many sandboxes as tool calls run at once.
@@ -164,6 +166,23 @@ class AgentEnv(gym.Env[str, str]):
     def gold_actions(self, task: Task) -> list[str]:
         """Replies that solve ``task`` from its gold solution (validation and self-checks replay them)."""
         raise NotImplementedError(f"{type(self).__name__} does not define gold_actions()")
+
+    def solution_actions(self, task: Task, solution: Mapping[str, Any]) -> list[str]:
+        """Replies that reach ``solution`` (of the gold's kind) from ``task``'s start state, then submit.
+
+        The validator turns authored near misses into actions with it, as the gold is. The base
+        knows ``files`` (path -> content, written) and ``patch`` (a unified diff, applied with
+        ``apply_patch``); a domain whose solutions take another form overrides it.
+        """
+        if "files" in solution and "write_file" in self.tools:
+            writes = [format_tool_call("write_file", {"path": p, "content": c}) for p, c in solution["files"].items()]
+            return ["\n".join(writes), format_tool_call("submit")]
+        if "patch" in solution and "apply_patch" in self.tools:
+            return [format_tool_call("apply_patch", {"patch": solution["patch"]}), format_tool_call("submit")]
+        raise ValueError(
+            f"{type(self).__name__}.solution_actions({task.id}): expected a solution with 'files' or 'patch' "
+            f"(for the tools {sorted(self.tools)}), got keys {sorted(solution)}"
+        )
 
     def noop_actions(self, task: Task) -> list[str]:
         """Replies that do nothing useful; a sound task must fail them."""

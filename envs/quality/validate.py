@@ -14,6 +14,9 @@ For every task, on a real sandbox and through the task's own environment:
 * the gold solution, replayed as agent actions, passes — every repeat;
 * a no-op (submit at once, or an empty answer) fails — every repeat;
 * no verification is an anomaly (that would be the harness failing);
+* every near miss scores 0: the task's authored ones and the generated mutants of the
+  mutators registered for its domain (:mod:`envs.quality.near_misses`); a surviving
+  mutant is named, and the mutation score (killed/total) is printed per domain;
 * the task can be graded as it stands (its environment's
   :meth:`~envs.core.AgentEnv.ungradable` says why not: a function task whose
   checks cannot be turned into data). Loaders leave such tasks out, so they
@@ -39,6 +42,7 @@ from typing import Any
 
 from envs.core import AgentEnv, env_for_domain
 from envs.quality.leaks import find_split_leaks, play_watched, probe_oracle, static_leaks, summarise_leaks
+from envs.quality.near_misses import check_mutants, mutation_scores
 from envs.sandboxes import WarmPool
 from envs.tasks import Task, TaskSource, excluded_tasks, load_tasks
 
@@ -51,6 +55,8 @@ class TaskReport:
     gold: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     noop: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     oracle: list[str] = dataclasses.field(default_factory=list)
+    mutants_killed: int = 0
+    mutants_total: int = 0
     seconds: float = 0.0
 
     @property
@@ -71,7 +77,9 @@ def play(env: AgentEnv, task: Task, actions: Sequence[str]) -> dict[str, Any]:
     return info["verification"]
 
 
-def validate_task(env: AgentEnv, task: Task, *, repeats: int = 2, probe: bool = True) -> TaskReport:
+def validate_task(
+    env: AgentEnv, task: Task, *, repeats: int = 2, probe: bool = True, mutants: bool = True
+) -> TaskReport:
     """Runs every check of the module docstring on one task."""
     report = TaskReport(task.id, task.domain)
     start = time.monotonic()
@@ -110,6 +118,10 @@ def validate_task(env: AgentEnv, task: Task, *, repeats: int = 2, probe: bool = 
         verdicts = {(r["passed"], r["reward"]) for r in results}
         if len(verdicts) > 1:
             report.problems.append(f"{kind} verdict is unstable over {repeats} repeats: {sorted(verdicts)}")
+    if mutants:
+        mutation = check_mutants(env, task, play)
+        report.mutants_killed, report.mutants_total = mutation.killed, mutation.total
+        report.problems += mutation.problems
     report.seconds = time.monotonic() - start
     return report
 
@@ -120,6 +132,7 @@ def validate(
     backend: str = "bwrap",
     repeats: int = 2,
     probe: bool = True,
+    mutants: bool = True,
     env_kwargs: dict[str, Any] | None = None,
     log=print,
 ) -> tuple[list[TaskReport], list[Any]]:
@@ -135,7 +148,7 @@ def validate(
             env = cls(domain_tasks, sandbox_factory=pool.acquire, sandbox_release=pool.release, **(env_kwargs or {}))
             try:
                 for task in domain_tasks:
-                    report = validate_task(env, task, repeats=repeats, probe=probe)
+                    report = validate_task(env, task, repeats=repeats, probe=probe, mutants=mutants)
                     reports.append(report)
                     done += 1
                     status = "ok " if report.ok else "BAD"
@@ -156,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default=None, help="validate only this split")
     parser.add_argument("--limit", type=int, default=None, help="validate only the first N tasks of each spec")
     parser.add_argument("--no-probe", action="store_true", help="skip the oracle-reachability probe")
+    parser.add_argument("--no-mutants", action="store_true", help="skip the near misses and mutants")
     parser.add_argument("--report", type=Path, default=None, help="write the JSON report here")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -170,9 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[validate] excluded {task_id}: {why}")
     start = time.monotonic()
     print(f"[validate] {len(tasks)} tasks from {', '.join(args.tasks)} on {args.backend}, {args.repeats} repeats")
-    reports, leaks = validate(tasks, backend=args.backend, repeats=args.repeats, probe=not args.no_probe)
+    reports, leaks = validate(
+        tasks, backend=args.backend, repeats=args.repeats, probe=not args.no_probe, mutants=not args.no_mutants
+    )
     bad = [r for r in reports if not r.ok]
     print(f"[validate] split leaks: {summarise_leaks(leaks)}")
+    for domain, (killed, total) in sorted(mutation_scores(reports).items()):
+        print(f"[validate] mutation score {domain}: {killed}/{total} near misses and mutants score 0")
     print(
         f"[validate] {len(reports) - len(bad)}/{len(reports)} tasks sound, {len(leaks)} leaks, "
         f"{len(excluded)} excluded (left out by their loaders), {time.monotonic() - start:.1f}s"
@@ -185,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             "sound": len(reports) - len(bad),
             "total": len(reports),
             "excluded": excluded,
+            "mutation_scores": mutation_scores(reports),
         }
         args.report.write_text(json.dumps(payload, indent=1))
         print(f"[validate] report written to {args.report}")

@@ -17,7 +17,7 @@ from envs.core import AgentEnv, register_domain
 from envs.domains.pipeline.verifier import RUNNER
 from envs.in_sandbox import source
 from envs.parsing import format_tool_call
-from envs.quality.hooks import register_compiler, task_fields
+from envs.quality.hooks import NEAR_MISSES, register_compiler, task_fields
 from envs.tasks import Task, TaskError
 from sandbox import Sandbox, SandboxSpec
 
@@ -84,6 +84,9 @@ def compile_pipeline(records: list[dict[str, Any]], **_: Any) -> list[Task]:
             broken = None
         if broken == (output, expected):
             raise TaskError(f"pipeline source {r['id']!r}: the broken config already produces the expected output")
+        gold = {"files": {"pipeline.yaml": r["gold"]}}
+        if r.get("near_misses"):
+            gold[NEAR_MISSES] = _near_misses(r, datasets)
         metadata = {
             "source": "agentrl",
             "config_path": "pipeline.yaml",
@@ -95,8 +98,33 @@ def compile_pipeline(records: list[dict[str, Any]], **_: Any) -> list[Task]:
                 **task_fields(r, "pipeline"),
                 files={**data, "pipeline.yaml": r["config"], "expected.csv": expected},
                 hidden={"datasets": datasets},
-                gold={"files": {"pipeline.yaml": r["gold"]}},
+                gold=gold,
                 metadata=metadata,
             )
         )
     return tasks
+
+
+def _near_misses(record: dict, datasets: list[dict]) -> list[dict]:
+    """The record's authored near misses (``name``, ``why``, ``config``) as solutions; each must miss everywhere.
+
+    The verifier pays per dataset, so a near miss that reproduces any dataset's expected
+    output would earn a share: the record is refused, naming it (change the data so it misses).
+    """
+    out = []
+    for miss in record["near_misses"]:
+        missing = [k for k in ("name", "why", "config") if k not in miss]
+        if missing:
+            raise TaskError(f"pipeline source {record['id']!r}: near miss {miss.get('name')!r} lacks {missing}")
+        hits = [d["name"] for d in datasets if _output(miss["config"], d["files"]) == d["expected"]]
+        if hits:
+            raise TaskError(f"pipeline source {record['id']!r}: near miss {miss['name']!r} matches dataset {hits}")
+        out.append({"name": miss["name"], "why": miss["why"], "files": {"pipeline.yaml": miss["config"]}})
+    return out
+
+
+def _output(config: str, files: dict[str, str]) -> str | None:
+    try:
+        return run_pipeline_locally(config, dict(files))[1]
+    except Exception:  # noqa: BLE001 - a config that crashes matches nothing
+        return None

@@ -22,10 +22,22 @@ are updated in place afterwards, so ``median(data); assert data == [3, 1, 2]``
 keeps its meaning. A non-data argument (a test's fake clock, a key function)
 stays here: the repository gets a callable that calls back, and may call it
 or read plain-data attributes from it, nothing else.
+
+A handle has one answer. Looks at the repository's state (an attribute,
+``len``, ``bool``, ``in``, ``[]``, iteration) are asked once and remembered
+until the judge next makes the repository *act* (a call, an assignment, a
+deletion, ``next`` on an iterator): code under test cannot answer a test's
+second look differently from its first, so an object that yields the input on
+one pass and nothing on the next (a "permutation" and "sorted" at once) fails.
+Iterating a re-iterable object materialises its items once, pulled as the
+test consumes them (an endless generator stays usable) and replayed on every
+later pass; an object that is its own iterator is consumed, item by item, as
+in Python.
 """
 
 import builtins
 import importlib.util
+import json
 import socket
 
 if __package__:  # imported on the host, as part of envs
@@ -59,6 +71,8 @@ class Link:
         self.dead = None
         self.stubs, self.stub_ids = {}, {}
         self.mirrors, self.mirror_handles = {}, {}
+        # Looks at the repository's state since it last acted: request -> reply, handle -> pulled items.
+        self.looks, self.streams = {}, {}
 
     @classmethod
     def connect(cls, path):
@@ -94,8 +108,44 @@ class Link:
             pass
 
     def ask(self, message, args=None, kwargs=None):
-        """The value of a request's reply (raising what the repository raised)."""
-        reply = self.request(message)
+        """The value of a request that makes the repository act (raising what it raised); forgets every look."""
+        self.forget()
+        try:
+            return self.value(self.request(message), args, kwargs)
+        finally:
+            self.forget()  # the act may have changed what any later look sees
+
+    def look(self, message):
+        """The value of a look at the repository's state: asked once, the same answer until it next acts."""
+        key = json.dumps(message, sort_keys=True)
+        reply = self.looks.get(key)
+        if reply is None:
+            reply = self.looks[key] = self.request(message)
+        return self.value(reply)
+
+    def forget(self):
+        self.looks.clear()
+        self.streams.clear()
+
+    def items(self, iterator):
+        """The items of one pass over a re-iterable object: pulled from ``iterator`` once, replayed after."""
+        stream = self.streams.setdefault(object.__getattribute__(iterator, "_id"), ([], []))
+        pulled, ended = stream
+        i = 0
+        while True:
+            if i == len(pulled):
+                if ended:
+                    return
+                reply = self.request({"op": "next", "h": object.__getattribute__(iterator, "_id")})
+                if _stops(reply):
+                    ended.append(True)
+                    return
+                pulled.append(reply)
+            i += 1
+            yield self.value(pulled[i - 1])
+
+    def value(self, reply, args=None, kwargs=None):
+        """A reply decoded afresh (so a remembered one hands out no shared mutable value), or its exception."""
         if "raised" in reply:
             raise self.exception(reply["raised"])
         if "ok" not in reply:
@@ -200,6 +250,12 @@ class Link:
         raise WireError("a callback may only return plain data")
 
 
+def _stops(reply):
+    raised = reply.get("raised")
+    names = raised.get("mro") if type(raised) is dict else None
+    return type(names) is list and bool(names) and names[0] == "builtins.StopIteration"
+
+
 def _update(target, new):
     """Carries a mutation the repository made to an argument back into the judge's object."""
     t = type(target)
@@ -222,10 +278,15 @@ class RemoteObject:
             object.__setattr__(self, name, value)
 
     def _ask(self, op, sent=None, /, **fields):
-        """One request about this object; ``sent``: the (args, kwargs) of a call, to carry mutations back."""
+        """One act of this object; ``sent``: the (args, kwargs) of a call, to carry mutations back."""
         link = object.__getattribute__(self, "_link")
         message = {"op": op, "h": object.__getattribute__(self, "_id"), **fields}
         return link.ask(message, *(sent or (None, None)))
+
+    def _look(self, op, **fields):
+        """One look at this object's state (see the module docstring: it has one answer until the next act)."""
+        link = object.__getattribute__(self, "_link")
+        return link.look({"op": op, "h": object.__getattribute__(self, "_id"), **fields})
 
     def _encode(self, value):
         return object.__getattribute__(self, "_link").encode(value)
@@ -233,7 +294,7 @@ class RemoteObject:
     def __getattr__(self, name):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
-        return self._ask("getattr", name=name)
+        return self._look("getattr", name=name)
 
     def __setattr__(self, name, value):
         self._ask("setattr", name=name, value=self._encode(value))
@@ -244,31 +305,33 @@ class RemoteObject:
         return self._ask("call", (args, kwargs), **encoded)
 
     def __len__(self):
-        n = self._ask("len")
+        n = self._look("len")
         if type(n) is not int or n < 0:
             raise TypeError(f"len() of a repository object gave {n!r}"[:200])
         return n
 
     def __bool__(self):
-        b = self._ask("bool")
+        b = self._look("bool")
         if type(b) is not bool:
             raise TypeError("bool() of a repository object gave a non-bool")
         return b
 
     def __iter__(self):
-        it = self._ask("iter")
+        it = self._look("iter")
         if type(it) is not RemoteObject:
             raise TypeError("iter() of a repository object gave a non-iterator")
-        return it
+        if _key(it) == _key(self):  # its own iterator: each next() consumes one item, as in Python
+            return it
+        return object.__getattribute__(self, "_link").items(it)
 
     def __next__(self):
         return self._ask("next")
 
     def __contains__(self, item):
-        return bool(self._ask("contains", value=self._encode(item)) is True)
+        return bool(self._look("contains", value=self._encode(item)) is True)
 
     def __getitem__(self, key):
-        return self._ask("getitem", key=self._encode(key))
+        return self._look("getitem", key=self._encode(key))
 
     def __setitem__(self, key, value):
         self._ask("setitem", key=self._encode(key), value=self._encode(value))
@@ -314,7 +377,7 @@ class RemoteFinder:
 
         def remote_attribute(name):
             if name == "__all__":
-                return handle._ask("getattr", name=name)
+                return handle._look("getattr", name=name)
             return getattr(handle, name)
 
         module.__getattr__ = remote_attribute
