@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any
 
 import envs.quality.mutants  # noqa: F401 - registers the generic mutators
-from envs.quality.hooks import NEAR_MISSES, Mutant, mutators_for
+from envs.quality.hooks import NEAR_MISSES, SUBMIT, Mutant, mutators_for
 from envs.tasks import Task
 
 
@@ -56,7 +56,10 @@ def check_mutants(env: Any, task: Task, play: Any) -> MutationResult:
     result = MutationResult(total=len(mutants), problems=problems)
     for mutant in mutants:
         try:
-            verification = play(env, task, list(mutant.actions))
+            actions = list(mutant.actions)
+            if not actions or actions[-1] != SUBMIT:  # a mutant may leave the episode open: it is submitted as is
+                actions.append(SUBMIT)
+            verification = play(env, task, actions)
         except Exception as exc:  # noqa: BLE001
             result.problems.append(f"{mutant.name} crashed: {type(exc).__name__}: {exc}")
             continue

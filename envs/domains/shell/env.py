@@ -7,13 +7,14 @@ checks, those that fail before the agent acts, so that doing nothing scores 0.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from envs.core import AgentEnv, register_domain
 from envs.domains.shell.rules import cron_resets, keeps_services, validate_checks
 from envs.domains.shell.verifier import run_state_checks
 from envs.parsing import format_tool_call
-from envs.quality.hooks import NEAR_MISSES, Mutant, register_compiler, task_fields
+from envs.quality.hooks import NEAR_MISSES, register_compiler, task_fields
 from envs.tasks import Task, TaskError
 from sandbox import Sandbox, SandboxSpec, get_backend
 
@@ -38,6 +39,7 @@ class ShellOpsEnv(AgentEnv):
     verifier_roles: ClassVar = {"outcome": "sandbox_state"}
     default_tasks = "builtin:shell"
     sandbox_spec = SandboxSpec(memory_mb=1024, timeout_s=60.0)
+    min_near_misses = 3
     system_prompt = (
         "You are a Linux system administrator working in a sandbox (Debian, no network; you are the unprivileged "
         "user `sandbox`, uid 1000; only /workspace and /tmp are writable). Use the tools to carry out the task, then call `submit`. "
@@ -61,14 +63,11 @@ class ShellOpsEnv(AgentEnv):
     def gold_actions(self, task: Task) -> list[str]:
         return [format_tool_call("bash", {"command": task.gold["script"]}), format_tool_call("submit")]
 
-    def near_miss_actions(self, task: Task) -> list[Mutant]:
-        """The task's authored near misses as mutants: each one bash action from the start state, then submit."""
-        return [
-            Mutant(
-                m["name"], m["why"], (format_tool_call("bash", {"command": m["script"]}), format_tool_call("submit"))
-            )
-            for m in task.gold.get(NEAR_MISSES, [])
-        ]
+    def solution_actions(self, task: Task, solution: Mapping[str, Any]) -> list[str]:
+        """A shell solution is a ``script`` (the gold's kind, and each authored near miss's): one bash action, then submit."""
+        if isinstance(solution.get("script"), str):
+            return [format_tool_call("bash", {"command": solution["script"]}), format_tool_call("submit")]
+        return super().solution_actions(task, solution)
 
 
 def near_misses(record: dict[str, Any]) -> list[dict[str, str]]:
