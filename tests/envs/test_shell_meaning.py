@@ -55,8 +55,8 @@ def _failed(pool, task_id: str, actions) -> set[str]:
     assert verification["anomaly"] is None, verification["anomaly"]
     checks = verification["details"]["outcome"]["details"]["checks"]
     failed = {c["name"] for c in checks if not c["ok"]}
-    # the score is the share of goal checks that hold: the catching check keeps the episode from passing
-    assert not verification["passed"] and verification["reward"] < 1.0 and failed, verification["details"]
+    # all or nothing: the one catching check takes the whole reward
+    assert not verification["passed"] and verification["reward"] == 0.0 and failed, verification["details"]
     return failed
 
 
@@ -67,7 +67,13 @@ def test_a_fixed_reply_tcp_server_fails(pool):
 
 def test_a_stand_in_http_server_with_the_config_untouched_fails(pool):
     failed = _failed(pool, "shell/configure-app", leave_running("standin", STAND_IN))
-    assert failed == {"configured"}
+    assert failed == {"configured", "app answers on 9090"}
+
+
+def test_a_stand_in_http_server_with_the_config_right_fails(pool):
+    configure = "cd /workspace/app && sed -i -e 's/^port = .*/port = 9090/' -e 's/^debug = .*/debug = false/' app.ini"
+    failed = _failed(pool, "shell/configure-app", [bash(configure), *leave_running("standin", STAND_IN)])
+    assert failed == {"app answers on 9090"}  # it cannot answer a path it never saw as the app does
 
 
 def test_a_setting_in_another_section_or_one_left_unchecked_fails(pool):

@@ -17,7 +17,8 @@ A check (``task.hidden["checks"]``) says *what* must be true, not how to test it
   ("Permission denied" on stderr), since a directory it could not open may
   hide what it looks for.
 * ``http``: GET ``url`` (loopback) with ``status``, ``body_equals``,
-  ``body_contains``; retried for ``wait_s`` (default 1) while the service starts.
+  ``body_contains``; ``{nonce}`` in the request or expected answer of an
+  http/tcp check is a fresh random value each verification; retried for ``wait_s`` (default 1) while the service starts.
 * ``tcp``: connect to ``port``, send ``send``, expect ``expect_contains``.
 * ``cron``: the crontab ``file`` has a line whose schedule means the same as
   ``schedule`` (``*/15`` equals ``0,15,30,45``) and whose command contains
@@ -120,6 +121,29 @@ def mode_of(check: Mapping[str, Any]) -> str:
     """Which checker mode observes ``check``: ``network``, ``commands`` or ``observe``."""
     kind = check["type"]
     return "network" if kind in NETWORK_TYPES else "commands" if kind == "command" else "observe"
+
+
+NONCE = "{nonce}"
+_NONCE_KEYS = ("url", "send", "body_equals", "body_contains", "expect_equals", "expect_contains")
+
+
+def with_nonce(check: Mapping[str, Any], nonce: str) -> Mapping[str, Any]:
+    """``check`` with ``{nonce}`` in its request and expected answer replaced by ``nonce`` (fresh per verification).
+
+    A service check whose request carries a value no one saw before can only be answered by a
+    program that computes its answer, so a stand-in that replays the expected bytes fails.
+    """
+    if check["type"] not in NETWORK_TYPES:
+        return check
+
+    def fill(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(NONCE, nonce)
+        if isinstance(value, list):
+            return [fill(v) for v in value]
+        return value
+
+    return {k: fill(v) if k in _NONCE_KEYS else v for k, v in check.items()}
 
 
 def request_for(check: Mapping[str, Any]) -> dict[str, Any]:

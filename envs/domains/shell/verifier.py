@@ -40,6 +40,7 @@ kept in ``details["goal_share"]`` for reading runs, 0 if any other check broke.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ from envs.domains.shell.rules import (
     mode_of,
     request_for,
     validate_checks,
+    with_nonce,
 )
 from envs.in_sandbox import bundle, shared, source
 from envs.verifiers.base import Verification, Verifier, VerifyContext, register_verifier
@@ -159,7 +161,7 @@ def run_state_checks(
     ``reset_before_cron`` paths are reset to ``initial_files`` (the task's files) before a cron job runs.
     """
     reset = (list(reset_before_cron), dict(initial_files or {}))
-    checks = list(checks)
+    checks = [with_nonce(c, secrets.token_hex(8)) for c in checks]
     verdicts: dict[int, Verdict] = {}
     live = [i for i, c in enumerate(checks) if c["type"] in NETWORK_TYPES]
     if keep_services:
