@@ -31,6 +31,7 @@ class DataPipelineEnv(AgentEnv):
     verifier_roles: ClassVar = {"outcome": "pipeline_output"}
     default_tasks = "builtin:pipeline"
     sandbox_spec = SandboxSpec(memory_mb=512, timeout_s=30.0)
+    min_near_misses = 3
     system_prompt = (
         "You maintain a data pipeline in /workspace: `runner.py` (documented in its docstring) executes the config "
         "`pipeline.yaml` over the CSV files in data/. Fix the config so the output matches the task; `run_tests` "
