@@ -64,9 +64,8 @@ HARNESS_CAUSES = frozenset(
     }
 )
 _CAUSE = re.compile(r"\bsandbox_([a-z_]+):")
-# Writable mounts whose exhaustion starves a judge, read by the judge with one `stat -f` (no interpreter
-# start: this runs after every failed verdict). Prints "<mount> <free blocks> <free inodes>" per line.
-_SPACE = ["stat", "-f", "-c", "%n %a %d", "/workspace", "/tmp", "/dev/shm"]
+# The writable mounts a policy can fill and a judge needs (not the judge's own home, nor /dev/mqueue).
+FILLABLE = ("/workspace", "/tmp", "/dev/shm")
 # Below this many free processes the policy has taken the pid budget (the judge needs a few).
 PID_HEADROOM = 8
 
@@ -84,37 +83,26 @@ def policy_may_cause(anomaly: str | None) -> bool:
 
 
 def hazards(sandbox: Sandbox | None) -> dict[str, Any]:
-    """What the policy left behind: processes and System V objects (from the agent, nothing spawned).
+    """What the policy left behind or used up: processes, System V objects, free blocks and inodes per mount.
 
-    Taken before the judge kills anything (``ipc`` outlives the kill); ``{}`` when the sandbox no longer answers.
+    From the agent in one round trip, nothing spawned (it runs around every verification). Taken before
+    the judge kills anything (``ipc`` outlives the kill) and again after it (its own files count, and a full
+    mount is what starved it); ``{}`` when the sandbox no longer answers.
     """
     if sandbox is None or not sandbox.healthy:
         return {}
     try:
-        found = sandbox.probe()
+        return sandbox.resources()
     except SandboxInfraError:
         return {}
-    return {"processes": int(found["processes"]), "ipc": [list(item) for item in found["ipc"]]}
 
 
-def free_space(sandbox: Sandbox | None) -> dict[str, list[int]]:
-    """Free blocks and inodes of each writable mount, as the judge sees them; ``{}`` if unknown."""
-    if sandbox is None or not sandbox.healthy:
-        return {}
-    try:
-        result = sandbox.exec(_SPACE, user="judge", timeout=10)
-    except SandboxInfraError:
-        return {}
-    space = {}
-    for line in result.stdout_text.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
-            space[parts[0]] = [int(parts[1]), int(parts[2])]
-    return space
+def hazard_kind(found: Mapping[str, Any], after: Mapping[str, Any], spec: SandboxSpec) -> FailureKind | None:
+    """The resource the policy exhausted, most specific first, or None.
 
-
-def hazard_kind(found: Mapping[str, Any], space: Mapping[str, list[int]], spec: SandboxSpec) -> FailureKind | None:
-    """The resource the policy exhausted, most specific first, or None."""
+    ``found`` is :func:`hazards` before the judge ran, ``after`` the same after it (for space).
+    """
+    space = {path: free for path, free in after.get("space", {}).items() if path in FILLABLE}
     if any(blocks == 0 for blocks, _ in space.values()):
         return FailureKind.EXHAUSTED_DISK
     if any(inodes == 0 for _, inodes in space.values()):

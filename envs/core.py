@@ -378,14 +378,14 @@ class AgentEnv(gym.Env[str, str]):
             exc = self._infra_error
             result = Verification.anomalous(f"sandbox_{getattr(exc, 'cause', 'infra')}: {exc}", verifier="env")
         else:
-            # What the policy left running, before the judge kills it (from the agent: ~1 ms, nothing spawned).
+            # What the policy left running, before the judge kills it (from the agent: nothing spawned).
             found = anomalies.hazards(self.sandbox)
             ctx = VerifyContext(task=self.task, sandbox=self.sandbox, episode=self.episode, max_turns=self.max_turns)
             result = self.verifier.verify(ctx)
         if result.passed:
             return result
         # Space is read after the judge: its own files count, and a full mount is what starved it.
-        kind = anomalies.hazard_kind(found, anomalies.free_space(self.sandbox), self.spec_for_sandbox)
+        kind = anomalies.hazard_kind(found, anomalies.hazards(self.sandbox), self.spec_for_sandbox)
         if not result.is_anomaly:
             return anomalies.with_kind(result, kind)
         old = self.sandbox

@@ -300,6 +300,20 @@ class Agent:
             "processes": len(process_table(self.pid)),
         }, []
 
+    def op_resources(self, req, blobs):
+        """Processes, System V objects and free blocks/inodes of each writable root: what a policy can exhaust.
+
+        No listing of the trees (unlike ``probe``): it runs around every verification.
+        """
+        space = {}
+        for path in self.trees.paths:
+            try:
+                st = os.statvfs(path)
+            except OSError:
+                continue
+            space[path] = [st.f_bavail, st.f_favail]
+        return {"ok": True, "processes": len(process_table(self.pid)), "ipc": ipc.objects(), "space": space}, []
+
     def op_killall(self, req, blobs):
         """Kills every process and clears what outlives processes in memory, so the judge starts on clean ground.
 

@@ -256,6 +256,12 @@ class Sandbox(abc.ABC):
         response, _ = self._call("probe", {"max_entries": 10000}, timeout=BOOT_TIMEOUT_S)
         return {k: response[k] for k in ("entries", "truncated", "ipc", "roots", "processes")}
 
+    def resources(self) -> dict[str, Any]:
+        """What a policy can exhaust, from the agent (no command spawned, no listing): ``{"processes": int,
+        "ipc": [[kind, id, uid], ...], "space": {writable root: [free blocks, free inodes]}}``."""
+        response, _ = self._call("resources", {}, timeout=BOOT_TIMEOUT_S)
+        return {k: response[k] for k in ("processes", "ipc", "space")}
+
     @property
     def closed(self) -> bool:
         return self._closed

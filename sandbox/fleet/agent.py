@@ -32,7 +32,18 @@ from sandbox.pool.warm_pool import WarmPool
 from sandbox.spec import SandboxSpec
 
 # The Sandbox methods a driver may call on a lent sandbox (the rest of the API is local state).
-CALLS = ("exec", "write_files", "read_file", "snapshot", "restore", "kill_all", "ping", "probe", "describe")
+CALLS = (
+    "exec",
+    "write_files",
+    "read_file",
+    "snapshot",
+    "restore",
+    "kill_all",
+    "ping",
+    "probe",
+    "resources",
+    "describe",
+)
 Outcome = tuple[bool, Any, bool]  # (returned, value or the exception raised, the sandbox still healthy)
 
 

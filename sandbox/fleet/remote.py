@@ -68,6 +68,9 @@ class RemoteSandbox:
     def probe(self) -> dict[str, Any]:
         return self._call("probe", (), {})
 
+    def resources(self) -> dict[str, Any]:
+        return self._call("resources", (), {})
+
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "id": self.id, "image": self.spec.image, "node": self.node.name}
 

@@ -97,19 +97,15 @@ def test_the_probe_names_nothing_after_an_honest_failure(pool):
     assert FAILURE_KIND not in verdict["details"], verdict["details"]
 
 
-def test_pinned_memory_that_starves_the_judge_scores_the_correct_fix_0(pool):
-    """A segment of nearly all the sandbox's memory outlives kill_all and OOM-kills the repair judge:
-    the policy's failure (reward 0, named), never an anomaly, even after the gold fix."""
+def test_pinned_memory_left_by_the_policy_cannot_starve_the_judge_of_a_correct_fix(pool):
+    """A segment of nearly all the sandbox's memory would OOM-kill the repair judge, but kill_all clears
+    System V IPC before the judge starts: the gold fix beside it passes, and no anomaly arises. (A wrong
+    fix beside it is ``pinned-shm`` above: reward 0, named.)"""
     env = make_env("agentrl/RepoRepair-v0", pool)
     task = env.tasks.get(ENVS["agentrl/RepoRepair-v0"])
-    starved = play(env, task, [bash(PIN_MEMORY.replace("900 << 20", "1000 << 20")), *env.gold_actions(task)])
-    spared = play(env, task, [bash(PIN_MEMORY), *env.gold_actions(task)])  # control: the judge still fits
+    pinned = play(env, task, [bash(PIN_MEMORY.replace("900 << 20", "1000 << 20")), *env.gold_actions(task)])
     env.close()
-    assert (starved["reward"], starved["anomaly"]) == (0.0, None), starved["details"]
-    assert starved["details"][FAILURE_KIND] == FailureKind.PINNED_MEMORY.value
-    problems = str(starved["details"]["outcome"]["details"]["problems"])  # the judge or its repository server
-    assert "oom True" in problems or "Killed" in problems, problems
-    assert (spared["reward"], spared["anomaly"]) == (1.0, None), spared["details"]
+    assert (pinned["reward"], pinned["anomaly"]) == (1.0, None), pinned["details"]
 
 
 # -- the settling, with a judge that fails as infrastructure on cue ------------------------------------
@@ -127,9 +123,9 @@ class HostFaults(Verifier):
     def check(self, ctx: VerifyContext):
         if ctx.sandbox.id in DOOMED:
             ctx.sandbox.abort()  # SIGKILL to the sandbox's init from the host, as a job time-out or crash does
-        elif ctx.sandbox.exec(["test", "-e", WEDGE], user="judge", timeout=10).exit_code == 0:
+        elif ctx.sandbox.exec(["test", "-e", WEDGE], user="judge", cwd="/workspace", timeout=10).exit_code == 0:
             raise AgentUnresponsive("agent gave no answer to 'killall' within 60.0s", backend=ctx.sandbox.backend)
-        elif ctx.sandbox.exec(["test", "-e", KILLER], user="judge", timeout=10).exit_code == 0:
+        elif ctx.sandbox.exec(["test", "-e", KILLER], user="judge", cwd="/workspace", timeout=10).exit_code == 0:
             ctx.sandbox.abort()
         return make_verifier(self.options["inner"]).check(ctx)
 
