@@ -8,7 +8,7 @@ import grain
 import pytest
 import yaml
 
-from envs.domains.repair.authoring import unified_patch
+from envs.domains.repair.authoring import near_misses, unified_patch
 from envs.quality.authoring import SOURCES
 from envs.quality.hooks import COMPILERS
 from envs.tasks import Task, TaskError, TaskSource, builtin_sets, load_tasks, read_jsonl, write_jsonl
@@ -92,9 +92,20 @@ def test_sources_and_shipped_jsonl_agree():
             record["hidden_tests"],
         )
         assert task.gold["patch"] == unified_patch(record["files"], record["fix"])
+        assert task.gold.get("near_misses") == (near_misses(record) if record.get("near_misses") else None)
     for record in load("shell"):
         task = shipped[record["id"]]
         assert (task.prompt, task.files, task.hidden["checks"], task.gold["script"]) == (
             record["prompt"], record.get("files", {}), record["checks"], record["gold"])  # fmt: skip
     assert len(shipped) == sum(len(load(n)) for n in ("math", "pipeline", "repair", "shell"))
     json.dumps([t.to_dict() for t in shipped.values()])
+
+
+def test_repair_near_misses_compile_to_patches_and_refuse_non_misses():
+    record = {"id": "repair/x", "files": {"m.py": "x = 1\n"}, "fix": {"m.py": "x = 2\n"}}
+    miss = {"name": "off-by-one", "why": "3 is not 2", "fix": {"m.py": "x = 3\n"}}
+    (compiled,) = near_misses({**record, "near_misses": [miss]})
+    assert compiled == {"name": "off-by-one", "why": "3 is not 2", "patch": unified_patch(record["files"], miss["fix"])}
+    for fix, reason in (({"m.py": "x = 2\n"}, "is the gold fix"), ({"m.py": "x = 1\n"}, "changes nothing")):
+        with pytest.raises(TaskError, match=f"'repair/x' near miss 'off-by-one': its fix {reason}"):
+            near_misses({**record, "near_misses": [{**miss, "fix": fix}]})

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envs.domains.repair.split_judge import repository_modules, run_hidden_tests
-from envs.quality.hooks import register_compiler, task_fields
+from envs.quality.hooks import NEAR_MISSES, register_compiler, task_fields
 from envs.tasks import Task, TaskError
 
 PYTEST_DIR = "/tmp/.agentrl-reference-pytest"
@@ -170,10 +170,40 @@ def compile_repair_record(r: dict[str, Any], *, backend: str = "bwrap") -> Task:
         f"  {r['id']}: {len(reference.manifest)} hidden tests, {len(reference.fail_to_pass)} fail before the fix",
         flush=True,
     )
+    gold = {"patch": unified_patch(files, fix)}
+    if r.get("near_misses"):
+        gold[NEAR_MISSES] = near_misses(r)
     return Task(
         **task_fields(r, "repair"),
         files=files,
         hidden=reference.hidden(r["hidden_tests"]),
-        gold={"patch": unified_patch(files, fix)},
+        gold=gold,
         metadata=metadata,
     )
+
+
+def near_misses(r: dict[str, Any]) -> list[dict[str, str]]:
+    """``gold["near_misses"]`` of a repair record: each ``{name, why, fix}`` as a patch from ``files``.
+
+    A near miss is carried in the gold's own kind (a unified patch) so the environment plays it
+    exactly as it plays the gold. One whose fix is the gold fix, or changes nothing, would not be
+    a wrong end state at all: refused here, by name, rather than found by the gate.
+    """
+    files, fix = dict(r["files"]), dict(r["fix"])
+    gold_state = {**files, **fix}
+    compiled, seen = [], set()
+    for i, miss in enumerate(r["near_misses"]):
+        where = f"repair source {r['id']!r} near miss {miss.get('name', i)!r}"
+        missing = [k for k in ("name", "why", "fix") if not miss.get(k)]
+        if missing or not isinstance(miss["fix"], dict):
+            raise TaskError(f"{where}: needs name, why and fix (path -> full new content); missing {missing}")
+        if miss["name"] in seen:
+            raise TaskError(f"{where}: the name is used twice")
+        seen.add(miss["name"])
+        state = {**files, **miss["fix"]}
+        if state == gold_state:
+            raise TaskError(f"{where}: its fix is the gold fix")
+        if state == files:
+            raise TaskError(f"{where}: its fix changes nothing")
+        compiled.append({"name": miss["name"], "why": miss["why"], "patch": unified_patch(files, dict(miss["fix"]))})
+    return compiled
