@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from sandbox import SandboxInfraError, SandboxSpec, get_backend
+from sandbox import Host, SandboxInfraError, SandboxSpec, WarmPool, get_backend
 from tests.conftest import REQUIRED
 
 _backends: dict[str, object] = {}
@@ -60,6 +60,22 @@ def kill_underneath(sb, *, wait: bool = False) -> None:
 
 # A small sandbox for hostile programs: limits low enough that bombs hit them fast.
 HOSTILE_SPEC = SandboxSpec(memory_mb=384, workspace_mb=64, tmp_mb=32, pids=128, timeout_s=20, max_output_bytes=1 << 16)
+
+
+@pytest.fixture(params=["fresh", "pooled"])
+def target(backend, request):
+    """A sandbox as code meets it: fresh from the backend, or reused from a warm pool after a dirty lease."""
+    if request.param == "fresh":
+        with backend.create(HOSTILE_SPEC) as sb:
+            yield sb
+        return
+    with WarmPool(Host(backend, capacity=1)) as pool:
+        with pool.lease(HOSTILE_SPEC) as first:
+            first.exec("echo dirty > /workspace/x; sleep 600 >/dev/null 2>&1 &")
+            first_id = first.id
+        with pool.lease(HOSTILE_SPEC) as sb:
+            assert sb.id == first_id, "the pool did not reuse the sandbox"
+            yield sb
 
 
 def assert_gone(sb) -> None:

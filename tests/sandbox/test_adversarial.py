@@ -166,22 +166,6 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(params=["fresh", "pooled"])
-def target(backend, request):
-    """A sandbox as code meets it: fresh from the backend, or reused from a warm pool after a dirty lease."""
-    if request.param == "fresh":
-        with backend.create(SPEC) as sb:
-            yield sb
-        return
-    with WarmPool(Host(backend, capacity=1)) as pool:
-        with pool.lease(SPEC) as first:
-            first.exec("echo dirty > /workspace/x; sleep 600 >/dev/null 2>&1 &")
-            first_id = first.id
-        with pool.lease(SPEC) as sb:
-            assert sb.id == first_id, "the pool did not reuse the sandbox"
-            yield sb
-
-
 def run_py(sb, code: str, *, user: str = "sandbox", timeout: float = 30):
     return sb.exec(["python3", "-c", code], user=user, timeout=timeout)
 

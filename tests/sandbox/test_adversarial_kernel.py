@@ -20,23 +20,6 @@ from sandbox import Host, WarmPool, seccomp
 from sandbox.backends import cgroups, socket_memory
 from tests.sandbox.conftest import HOSTILE_SPEC as SPEC
 
-
-@pytest.fixture(params=["fresh", "pooled"])
-def target(backend, request):
-    """A sandbox as code meets it: fresh, or reused from a warm pool after a dirty lease."""
-    if request.param == "fresh":
-        with backend.create(SPEC) as sb:
-            yield sb
-        return
-    with WarmPool(Host(backend, capacity=1)) as pool:
-        with pool.lease(SPEC) as first:
-            first.exec("echo dirty > /workspace/x; sleep 600 >/dev/null 2>&1 &")
-            first_id = first.id
-        with pool.lease(SPEC) as sb:
-            assert sb.id == first_id, "the pool did not reuse the sandbox"
-            yield sb
-
-
 # Creates a socket of each (family, type, protocol) by raw syscall (no libc wrapper to argue with)
 # and reports [fd or -1, errno]. Families by number: 40 AF_VSOCK, 17 AF_PACKET, 38 AF_ALG,
 # 15 AF_KEY, 31 AF_BLUETOOTH; 0x100000028 is AF_VSOCK with high bits a 64-bit compare would see.
