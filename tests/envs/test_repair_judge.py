@@ -351,7 +351,8 @@ def test_scores_follow_the_tests_semantics(pool):
     )
     env.close()
     assert variant["passed"] and variant["reward"] == 1.0, variant["details"]  # an honest variant of the fix
-    assert not partial["passed"] and partial["reward"] == 0.75, partial["details"]  # 3 of 4 fail-to-pass tests
+    assert not partial["passed"] and partial["reward"] == 0.0, partial["details"]  # all or nothing: a partial fix
+    assert 0 < partial["details"]["outcome"]["details"]["pass_rate"] < 1  # ... that the share still shows
     outcomes = mutating["details"]["outcome"]["details"]["outcomes"]
     # the fix sorts the caller's list: the mutation crosses back, and breaking a passing test scores 0
     assert outcomes["tests/test_stats.py::test_does_not_mutate"] == "failed"

@@ -35,6 +35,7 @@ class RepoRepairEnv(AgentEnv):
     domain = "repair"
     tool_names = ("bash", "read_file", "write_file", "apply_patch", "run_tests", "submit")
     verifier_roles: ClassVar = {"outcome": "hidden_tests"}
+    min_near_misses = 3  # authored per task (a patch each, played like the gold)
     default_tasks = "builtin:repair"
     sandbox_spec = SandboxSpec(memory_mb=1024, timeout_s=60.0)
     system_prompt = (

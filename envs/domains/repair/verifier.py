@@ -17,10 +17,14 @@ counted without the outcome would pay hacks that game pytest, and one gated on
 the outcome would repeat it. ``passed`` needs every test to pass. The score
 (``scoring`` option):
 
-* ``fail_to_pass`` (default): 0 if any test that passed before now fails (a
-  regression), else the share of the fail-to-pass tests that now pass. Doing
-  nothing scores 0, whatever share of the suite the original code passes.
-* ``pass_rate``: passed / manifest.  * ``all_or_nothing``: 1 if everything passes.
+* ``all_or_nothing`` (default): 1 if every test passes, else 0. A share would pay
+  the near misses a policy finds first (a partial fix, the visible input
+  special-cased, the bug moved) a part of the reward; ``details["pass_rate"]``
+  keeps the share for reading runs.
+* ``fail_to_pass``: 0 if any test that passed before now fails (a regression),
+  else the share of the fail-to-pass tests that now pass (denser, and gameable
+  by partial fixes). Doing nothing scores 0.
+* ``pass_rate``: passed / manifest.
 
 A run without a report (the judge timed out) scores 0 under every rule.
 """
@@ -42,7 +46,7 @@ class HiddenTestsVerifier(Verifier):
     """Pass rate of the task's hidden tests (``all_or_nothing`` turns it into 0/1)."""
 
     role = "outcome"
-    OPTIONS = {"timeout_s": 120.0, "scoring": "fail_to_pass"}
+    OPTIONS = {"timeout_s": 120.0, "scoring": "all_or_nothing"}
     SCORINGS = ("fail_to_pass", "pass_rate", "all_or_nothing")
 
     def __init__(self, **options):
