@@ -181,7 +181,7 @@ class JobHandle:
         self.job = job
         self.future: cf.Future[JobResult] = cf.Future()
         self._canceller = canceller  # ends this job in the scheduler that queued it
-        self._state: object = None  # the scheduler's state of this job, for cancelling a batch at once
+        self.job_state: object = None  # the scheduler's state of this job, for cancelling a batch at once
 
     def done(self) -> bool:
         return self.future.done()

@@ -118,7 +118,7 @@ class Scheduler(SchedulerCore):
             now = time.monotonic()
             deadline = now + job.deadline_s if job.deadline_s else float("inf")
             st = JobState(seq, key, job, handle, now, deadline, job.max_attempts or self.retry.max_attempts)
-            handle._state = st  # for Batch.cancel, which ends several jobs under one lock
+            handle.job_state = st  # for Batch.cancel, which ends several jobs under one lock
             if job.key is not None:
                 self._by_key[key] = handle
                 while len(self._by_key) > self.max_remembered_keys and next(iter(self._by_key.values())).done():
@@ -136,7 +136,7 @@ class Scheduler(SchedulerCore):
         return Batch([self.submit(job) for job in jobs], canceller=self._cancel_handles)
 
     def _cancel_handles(self, handles: Sequence[JobHandle]) -> int:
-        return self._cancel_many([h._state for h in handles if h._state is not None])
+        return self._cancel_many([h.job_state for h in handles if h.job_state is not None])
 
     def run(
         self, jobs: Iterable[Job | Callable], *, enough: int | None = None, timeout: float | None = None
