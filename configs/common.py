@@ -1,10 +1,7 @@
-"""Reusable pieces of experiment configs: plain functions returning ``ConfigDict``s.
+"""Reusable pieces of experiment configs (model, tasks, sandbox, algorithm, optimizer, rollout, eval, loop).
 
-Every experiment composes: a model, task pools with weights, a sandbox backend,
-an algorithm with its loss, an optimizer, the rollout settings, evaluation, and
-the loop. Code is named by string; what a learner defaults to (AdamW's b1, b2, eps) is read from
-``rl.learning.LearnerConfig``, so a run and a learner built directly train alike.
-"""
+Code is named by string; AdamW's b1, b2 and eps come from ``rl.learning.LearnerConfig``, so a run and a
+learner built directly train alike."""
 
 from __future__ import annotations
 
