@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.sandbox.test_adversarial import SETUID_ROOT, run_py, target  # noqa: F401 - the shared fresh/pooled fixture
+from tests.sandbox.test_adversarial import SETUID_ROOT
 
 # Stops and continues an orphan of the agent (so each stop/continue is a SIGCHLD to PID 1) as fast as
 # it can, from a process left running between execs: before the fix this filled the agent's wake-up
