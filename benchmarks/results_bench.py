@@ -1,6 +1,6 @@
 """How fast ``rl.results.load_run`` turns a 10k-episode run into tables, beside plain ``json.loads``.
 
-A run is synthesised with :func:`rl.run.trajectory.write_step` at realistic sizes:
+A run is synthesised with :func:`rl.rollout.trajectory.write_step` at realistic sizes:
 40 steps x 32 tasks x 8 episodes = 10,240 episodes of ~300 tokens each (a
 system + user prompt, 2-3 assistant turns, a ``bash`` tool call with ~200
 characters of output per non-final turn, a weighted verification with nested
@@ -38,7 +38,7 @@ import pandas as pd  # noqa: E402
 
 from benchmarks.machine import describe_machine  # noqa: E402
 from rl.results import load_run  # noqa: E402
-from rl.run.trajectory import EpisodeRecord, step_files, write_step  # noqa: E402
+from rl.rollout.trajectory import EpisodeRecord, step_files, write_step  # noqa: E402
 
 SYSTEM = "You are an agent working in a Linux sandbox. Use the tools to complete the task."
 PROMPT = "The tests in tests/test_temperature.py fail. Fix units/temperature.py so that they pass, then submit."

@@ -7,11 +7,11 @@ random transformer on this machine's CPU (or GPU); tool calls are environment st
 (the sandbox's own speed is ``benchmarks/sandbox_bench.py``'s business). Every variant runs
 ``--steps`` training steps of ``--tasks x --group`` episodes, with a real learner update per step:
 
-- ``lock-step``: :class:`rl.run.rollout.Rollout` and the bucketed sampler (the reference);
-- ``engine sync``: :class:`rl.run.engine_rollout.EngineRollout` (tools through the scheduler),
+- ``lock-step``: :class:`rl.rollout.lockstep.Rollout` and the bucketed sampler (the reference);
+- ``engine sync``: :class:`rl.rollout.engine_rollout.EngineRollout` (tools through the scheduler),
   then the update;
 - ``engine stale=1``: the same, with step ``u + 1`` sampled while the learner updates on ``u``
-  and started while step ``u``'s stragglers still run (:class:`rl.run.producer.RolloutProducer`).
+  and started while step ``u``'s stragglers still run (:class:`rl.rollout.producer.RolloutProducer`).
 
 It prints episodes/s, generated tokens/s, prefill tokens per episode (lock-step prefills every
 turn's whole context; the engine only what is new) and the ratio to lock-step.
@@ -99,10 +99,10 @@ def main() -> int:
     from rl.learning.learner_config import LearnerConfig
     from rl.models import Transformer, sharding
     from rl.models.config import get_model_config
-    from rl.run.engine_rollout import EngineRollout
-    from rl.run.episodes import assign_advantages, train_batch
-    from rl.run.producer import Produced, RolloutProducer
-    from rl.run.rollout import EnvCache, Rollout, RolloutConfig
+    from rl.rollout.engine_rollout import EngineRollout
+    from rl.rollout.episodes import assign_advantages, train_batch
+    from rl.rollout.lockstep import EnvCache, Rollout, RolloutConfig
+    from rl.rollout.producer import Produced, RolloutProducer
 
     mesh = sharding.make_mesh({"data": 1})
     tok = ByteTokenizer()

@@ -221,7 +221,7 @@ def rollout(
     engine_slots: int = 0,
     step_deadline_s: float = 600.0,
 ) -> mlc.ConfigDict:
-    """How episodes are sampled (``rl.run.rollout.RolloutConfig``). Training samples at temperature 1
+    """How episodes are sampled (``rl.rollout.lockstep.RolloutConfig``). Training samples at temperature 1
     with no top-p / top-k: the learner's importance ratios use the sampler's unfiltered log-probs."""
     return mlc.ConfigDict(
         {
@@ -265,7 +265,7 @@ def sft(
     the learning rate holds its peak while, every ``check_every`` steps, the policy samples one
     episode of each of ``check_tasks`` training tasks; at the first check whose pass rate is at
     least ``until_pass_rate`` the rate decays over ``anneal_steps`` and SFT ends
-    (``rl.run.sft_check``). No passing check: the decay starts ``anneal_steps`` before ``steps``.
+    (``rl.phases.sft_check``). No passing check: the decay starts ``anneal_steps`` before ``steps``.
     """
     return mlc.ConfigDict(
         {

@@ -7,8 +7,13 @@ Read it top down; each package imports only the ones listed before it (and ``env
   - :mod:`rl.generation`: chat format, tokenizers, token selection and the batched ``Sampler``.
   - :mod:`rl.learning`: advantage estimators, losses, batches, the pure train step, the
     ``Learner`` and SFT data.
-  - :mod:`rl.run`: one experiment: ``Settings`` from a config, ``build()``, rollouts, the
-    ``Trainer`` loop, evaluation, and what a run writes (trajectories, metrics, checkpoints).
+  - :mod:`rl.config`: ``Settings``: the config read and checked once, before anything starts.
+  - :mod:`rl.rollout`: task streams, rollouts (decode engine, lock-step, multi-process) and the
+    episodes they return, scored into training batches.
+  - :mod:`rl.phases`: SFT's stopping check, the preference and reward-model phases, a learned
+    reward, held-out evaluation.
+  - :mod:`rl.run`: one experiment: ``build()``, the ``Trainer`` loop, preflight, and what a run
+    writes (metrics, checkpoints), multi-process jobs.
   - :mod:`rl.results`: a finished (or live) run read back as tables, without JAX.
 
 The commands: ``python -m rl.train`` (:mod:`rl.train`), ``python -m rl.evaluate``

@@ -37,10 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, key) is not None:
             config["eval"][key] = getattr(args, key)
 
-    from rl.run.evaluation import Evaluator, held_out_tasks
+    from rl.config.settings import ConfigError, load_settings
+    from rl.phases.evaluation import Evaluator, held_out_tasks
+    from rl.rollout.task_stream import TaskCatalog
     from rl.run.experiment import build
-    from rl.run.settings import ConfigError, load_settings
-    from rl.run.task_stream import TaskCatalog
 
     catalog = TaskCatalog()
     try:

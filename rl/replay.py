@@ -14,8 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from rl.rollout.trajectory import read_step, read_tasks
 from rl.run.replay import replay_episode
-from rl.run.trajectory import read_step, read_tasks
 
 
 def main(argv: list[str] | None = None) -> int:

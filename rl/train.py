@@ -54,7 +54,7 @@ def summarize(evals: dict, workdir: str, seconds: float) -> str:
 
 def flag_error(argv: Sequence[str], exc: Exception) -> str:
     """One line for a flag that failed to parse: the unknown config field, or the error's own message."""
-    from rl.run.config_errors import unknown_field_message
+    from rl.config.errors import unknown_field_message
 
     given = [
         a.split("=", 1)[1] if "=" in a else b
@@ -159,11 +159,11 @@ def main(argv: list[str]) -> int:
 def train(guard: Any) -> int:
     """Builds and runs the experiment; the exit status. A failure in any process of a job is
     reported to the others (rl.run.job_guard), and SIGTERM stops the run where it is."""
+    from rl.config.settings import ConfigError, load_settings
+    from rl.rollout.task_stream import TaskCatalog
     from rl.run.experiment import build
     from rl.run.job_guard import EXIT_TERMINATED, RESUME_HINT
     from rl.run.preflight import PreflightError, RunAborted
-    from rl.run.settings import ConfigError, load_settings
-    from rl.run.task_stream import TaskCatalog
     from rl.run.trainer import Trainer
 
     start = time.perf_counter()

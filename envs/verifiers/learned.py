@@ -2,7 +2,7 @@
 
 ``envs`` never imports the policy code, so the judge is a plain callable that whoever runs the
 environments registers by name before building them (``rl`` does it from a saved reward model, see
-:mod:`rl.run.learned_reward`)::
+:mod:`rl.phases.learned_reward`)::
 
     register_scorer("default", scorer)          # scorer(messages) -> float in [0, 1], or a mapping
     build_verifier({"outcome": 1.0, "learned": 0.2}, roles=...)

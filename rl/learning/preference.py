@@ -184,7 +184,7 @@ def load_pairs(path: str | Path, tok: Tokenizer) -> list[Pair]:
 def mine_pairs(episodes: Sequence[Any], *, max_pairs_per_task: int = 4) -> list[Pair]:
     """Pairs from trajectories: per task, a passing episode against a failing one.
 
-    ``episodes``: :class:`rl.run.trajectory.EpisodeRecord` (or anything with ``task_id``,
+    ``episodes``: :class:`rl.rollout.trajectory.EpisodeRecord` (or anything with ``task_id``,
     ``token_ids``, ``loss_mask``, ``passed``, ``anomaly``, ``index``). Anomalies are left out: an
     environment failure is not the policy's. Deterministic: episodes pair up in index order, at
     most ``max_pairs_per_task`` per task, tasks in order of first appearance.

@@ -46,7 +46,7 @@ def lr_schedule(
     After warmup the rate stays at ``learning_rate`` until step ``max(warmup_steps, decay_start)``,
     then follows half a cosine down to ``end_lr_ratio * learning_rate`` at step ``total_steps``,
     and stays there after. ``decay_start=0``: no plateau (warmup-cosine); a later one is the
-    warmup-stable-decay shape an SFT warm start that ends on a check uses (``rl.run.sft_check``).
+    warmup-stable-decay shape an SFT warm start that ends on a check uses (``rl.phases.sft_check``).
     """
     peak = float(learning_rate)
     end = peak * float(end_lr_ratio)

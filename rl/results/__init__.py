@@ -7,7 +7,7 @@
     print(format_episode(run.episode(step=60, row=0)))               # one episode, turn by turn
     compare(["runs/a", "runs/b"]).summary()
 
-Only numpy, pandas and the numpy-only :mod:`rl.run.trajectory` / :mod:`rl.run.metrics`
+Only numpy, pandas and the numpy-only :mod:`rl.rollout.trajectory` / :mod:`rl.run.metrics`
 (which own the on-disk format) are imported: no JAX, Flax, sandbox or accelerator.
 
   - :mod:`rl.results.loader`: :class:`Run` and :func:`load_run` (config, metrics, episode tables).
@@ -16,10 +16,10 @@ Only numpy, pandas and the numpy-only :mod:`rl.run.trajectory` / :mod:`rl.run.me
   - :mod:`rl.results.comparison`: :class:`Comparison` and :func:`compare`.
 """
 
+from rl.config.config_file import flatten
 from rl.results.comparison import Comparison, compare
 from rl.results.episode_text import final_answer, format_episode, side_by_side
 from rl.results.loader import EPISODE_COLUMNS, KINDS, TOOL_COLUMNS, Run, load_run
-from rl.run.config_file import flatten
 
 __all__ = [
     "EPISODE_COLUMNS",

@@ -10,8 +10,8 @@ from typing import Any
 
 import pandas as pd
 
+from rl.config.config_file import flatten
 from rl.results.loader import Run, load_run
-from rl.run.config_file import flatten
 
 
 class Comparison:

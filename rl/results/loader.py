@@ -1,7 +1,7 @@
 """A run's workdir as pandas tables, without JAX: ``run = load_run("runs/quickstart")``.
 
 :class:`Run` reads ``config.json``, ``metrics.jsonl`` and the trajectory step
-files (:mod:`rl.run.trajectory` owns their format). Tables are built on first
+files (:mod:`rl.rollout.trajectory` owns their format). Tables are built on first
 use from the fast row decoder of :mod:`rl.results.step_files`; conversations and
 token arrays are read only when asked for, one episode at a time
 (:meth:`Run.episode`). Parsed step files are cached by size and mtime, so
@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rl.config.config_file import CONFIG_FILE, read_config
 from rl.results.episode_text import final_answer
 from rl.results.step_files import parse_step
-from rl.run import trajectory
-from rl.run.config_file import CONFIG_FILE, read_config
+from rl.rollout import trajectory
+from rl.rollout.trajectory import DECODINGS, KINDS
 from rl.run.metrics import read_metrics
-from rl.run.trajectory import DECODINGS, KINDS
 
 EPISODE_COLUMNS = (
     *("step", "row", "phase", "task_id", "domain", "group", "index", "seed", "split", "reward", "passed"),

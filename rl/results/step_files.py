@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rl.run.trajectory import DECODINGS
+from rl.rollout.trajectory import DECODINGS
 
 _HEAD_CUT, _TAIL_CUT = ', "messages": ', '"tool_calls": '
 SUMMARY_KEYS = (

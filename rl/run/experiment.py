@@ -1,8 +1,8 @@
-"""The live parts of a run, built from its :class:`~rl.run.settings.Settings`.
+"""The live parts of a run, built from its :class:`~rl.config.settings.Settings`.
 
 :func:`build` turns checked settings into mesh, model, tokenizer, sampler,
 sandbox pool, environments, rollout and checkpointer; :mod:`rl.run.trainer`
-trains with them and :mod:`rl.run.evaluation` evaluates with them. A notebook
+trains with them and :mod:`rl.phases.evaluation` evaluates with them. A notebook
 can call it too.
 
 ``config.json`` records which experiment a workdir holds. It is compared before
@@ -24,6 +24,8 @@ import jax
 from flax import nnx
 
 from envs.sandboxes import Host, LentSandboxes, PoolConfig, RayFleet, Scheduler, WarmPool
+from rl.config.config_file import CONFIG_FILE, differing_fields, read_config
+from rl.config.settings import REWARD_MODEL_PHASE, ConfigError, ModelSettings, Settings
 from rl.generation.engine import DecodeEngine, EngineConfig
 from rl.generation.sampler import Sampler, SamplerConfig
 from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
@@ -33,16 +35,14 @@ from rl.learning.reward_learner import RewardLearner
 from rl.learning.reward_model import RewardModel
 from rl.models import Transformer, sharding
 from rl.models.lora import apply_lora
+from rl.phases.learned_reward import Judge, install_judge, uninstall_judge
+from rl.rollout.engine_rollout import EngineRollout
+from rl.rollout.lockstep import EnvCache, Rollout, make_env_factory
+from rl.rollout.split import LocalReplica, SplitRollout, rollout_mesh_shape
+from rl.rollout.task_stream import TaskCatalog
 from rl.run.checkpoint import Checkpointer
-from rl.run.config_file import CONFIG_FILE, differing_fields, read_config
 from rl.run.distributed import ProcessGroup
-from rl.run.engine_rollout import EngineRollout
-from rl.run.learned_reward import Judge, install_judge, uninstall_judge
 from rl.run.metrics import MetricsWriter
-from rl.run.rollout import EnvCache, Rollout, make_env_factory
-from rl.run.settings import REWARD_MODEL_PHASE, ConfigError, ModelSettings, Settings
-from rl.run.split_rollout import LocalReplica, SplitRollout, rollout_mesh_shape
-from rl.run.task_stream import TaskCatalog
 
 log = logging.getLogger(__name__)
 SAMPLER_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)

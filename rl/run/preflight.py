@@ -24,7 +24,7 @@ from typing import Any
 from envs import env_for_domain
 from envs.quality.validate import play
 from envs.sandboxes import SandboxInfraError
-from rl.run.admission import progress_error
+from rl.rollout.admission import progress_error
 from rl.run.experiment import Experiment, example_tasks
 
 log = logging.getLogger(__name__)

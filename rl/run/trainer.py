@@ -4,7 +4,7 @@ metrics and checkpoints.
 Steps are numbered globally: ``1..S`` are SFT steps, ``S+1..S+P`` preference (DPO/SimPO) steps,
 then the RL steps, so a checkpoint at any step says exactly where a resumed run picks up (an SFT
 phase that a check ends early skips its remaining steps but keeps their numbers: see
-:mod:`rl.run.sft_check`). A step's
+:mod:`rl.phases.sft_check`). A step's
 metrics line and trajectories are written *before* its checkpoint; on resume,
 anything written after the restored step is dropped and redone, so a run killed
 with SIGKILL at any point and started again ends with the same parameters and
@@ -25,19 +25,19 @@ from envs import Task
 from rl.learning.batch import pack
 from rl.learning.learner import Learner
 from rl.learning.sft import SFTData, load_sft_data
-from rl.run import trajectory
+from rl.phases.evaluation import Evaluator, held_out_tasks
+from rl.phases.learned_reward import judge_metrics
+from rl.phases.preference import PreferencePhase
+from rl.phases.reward_model import RewardModelPhase
+from rl.phases.sft_check import SFTCheck, annealing, check_tasks
+from rl.rollout import trajectory
+from rl.rollout.episodes import assign_advantages, rollout_metrics, train_batch
+from rl.rollout.lockstep import RolloutResult
+from rl.rollout.producer import Produced, RolloutProducer
+from rl.rollout.task_stream import task_stream
 from rl.run.console import logs_above_bar
-from rl.run.episodes import assign_advantages, rollout_metrics, train_batch
-from rl.run.evaluation import Evaluator, held_out_tasks
 from rl.run.experiment import Experiment
-from rl.run.learned_reward import judge_metrics
-from rl.run.preference_phase import PreferencePhase
 from rl.run.preflight import CircuitBreaker, preflight
-from rl.run.producer import Produced, RolloutProducer
-from rl.run.reward_model_phase import RewardModelPhase
-from rl.run.rollout import RolloutResult
-from rl.run.sft_check import SFTCheck, annealing, check_tasks
-from rl.run.task_stream import task_stream
 
 log = logging.getLogger(__name__)
 MAX_REQUEUES = 2  # a task whose environment keeps failing is dropped after this many retries
@@ -127,7 +127,7 @@ class Trainer:
             exp.metrics.write(step, metrics)
             if exp.checkpointer.should_save(step, final=step in (self.total, self.sft_steps, self.rl_start)):
                 self.save(step, metrics["time/elapsed_s"])
-            if self.producer is not None:  # after the checkpoint: see rl.run.producer
+            if self.producer is not None:  # after the checkpoint: see rl.rollout.producer
                 self.producer.publish(step)
             bar.set_postfix(_postfix(metrics), refresh=False)  # shown by the update below: this step's status
             bar.update(1)
@@ -251,7 +251,7 @@ class Trainer:
         return tasks
 
     def _finish_step(self, step: int, tasks: list[Task], result: RolloutResult) -> Produced:
-        """Re-queues the tasks whose environment failed (see rl.run.producer for when they come back)."""
+        """Re-queues the tasks whose environment failed (see rl.rollout.producer for when they come back)."""
         retries = self._retries.pop(step, {})
         eligible = step + 1 + self.exp.settings.loop.max_staleness
         for task in result.requeue:
@@ -331,7 +331,7 @@ class Trainer:
     def save(self, step: int, elapsed_s: float) -> None:
         # Steps sampled ahead by policies older than this checkpoint's are kept with it, and the
         # data stream's state is the one after them: no later step is drawn before this one is
-        # published (see rl.run.producer).
+        # published (see rl.rollout.producer).
         pending = self.producer.pending(step) if self.producer is not None else []
         with self.producer.lock if self.producer is not None else contextlib.nullcontext():
             stream = self._stream_state()

@@ -134,7 +134,7 @@ def train(config: str, workdir: Path, log: Path, *overrides: str) -> int:
 
 def test_the_readme_domain_trains_two_steps_with_more_episodes_than_sandboxes(user_domain, tmp_path):
     """The README's domain holds a sandbox per episode; 2 tasks x 2 samples over a pool of 2 sandboxes:
-    the surplus episodes wait their turn (rl.run.admission), and the run finishes with no anomaly.
+    the surplus episodes wait their turn (rl.rollout.admission), and the run finishes with no anomaly.
     Its log, written to a file, has each line once."""
     from rl.run.metrics import read_metrics
     from tests.sandbox.conftest import backend_or_skip

@@ -1,4 +1,4 @@
-"""rl.run.admission: episodes holding a sandbox start only while the pool has one; the rest wait their turn.
+"""rl.rollout.admission: episodes holding a sandbox start only while the pool has one; the rest wait their turn.
 
 The end-to-end case (a sandbox-holding domain with more episodes than sandboxes trains with no
 anomaly, and the lock-step rollout is refused) is in tests/envs/test_new_domain.py.
@@ -6,7 +6,7 @@ anomaly, and the lock-step rollout is refused) is in tests/envs/test_new_domain.
 
 from __future__ import annotations
 
-from rl.run.admission import CAPACITY_FIELD, Admission, progress_error
+from rl.rollout.admission import CAPACITY_FIELD, Admission, progress_error
 
 
 def test_holding_episodes_beyond_the_capacity_wait_and_start_in_order_as_others_end():

@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 
 from configs import quickstart
-from rl.run import trajectory
+from rl.config.settings import load_settings
+from rl.rollout import trajectory
+from rl.rollout.task_stream import TaskCatalog
 from rl.run.experiment import build
 from rl.run.metrics import read_metrics, without_timing
-from rl.run.settings import load_settings
-from rl.run.task_stream import TaskCatalog
 from rl.run.trainer import Trainer
 from tests.rl.test_train import REPO, _assert_resumed, _cli, _env, _final_params, _latest_checkpoint
 from tests.sandbox.conftest import backend_or_skip

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rl.run.episodes import assign_advantages, pass_at_k, rollout_metrics, train_batch
-from rl.run.trajectory import EpisodeRecord
+from rl.rollout.episodes import assign_advantages, pass_at_k, rollout_metrics, train_batch
+from rl.rollout.trajectory import EpisodeRecord
 
 
 def _episode(group: int, index: int, reward: float, anomaly: str | None = None, tokens: int = 3) -> EpisodeRecord:

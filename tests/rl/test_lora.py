@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from configs import common, quickstart
+from rl.config.settings import ConfigError, load_settings
 from rl.generation.engine import DecodeEngine, EngineConfig
 from rl.generation.sampler import Sampler, SamplerConfig, SamplingParams
 from rl.generation.tokenizer import ByteTokenizer
@@ -28,7 +29,6 @@ from rl.models.lora import (
     save_adapters,
 )
 from rl.run.experiment import make_model
-from rl.run.settings import ConfigError, load_settings
 from tests.conftest import import_or_skip
 from tests.rl.test_sampler import _make_model
 

@@ -14,7 +14,7 @@ from flax import nnx
 from rl.generation.tokenizer import ByteTokenizer
 from rl.learning.preference import Pair, PairData, PreferenceConfig, load_pairs, mine_pairs, pair_batch, preference_loss
 from rl.learning.train_step import forward_logprobs
-from rl.run.trajectory import EpisodeRecord
+from rl.rollout.trajectory import EpisodeRecord
 from tests.rl.test_sampler import _make_model
 
 

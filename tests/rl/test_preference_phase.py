@@ -15,10 +15,10 @@ import pytest
 
 from envs import Task
 from rl.generation.tokenizer import ByteTokenizer
+from rl.phases.preference import PAIRS_FILE, PreferencePhase, PreferenceSettings
+from rl.rollout.lockstep import RolloutResult
+from rl.rollout.trajectory import EpisodeRecord
 from rl.run.metrics import read_metrics, without_timing
-from rl.run.preference_phase import PAIRS_FILE, PreferencePhase, PreferenceSettings
-from rl.run.rollout import RolloutResult
-from rl.run.trajectory import EpisodeRecord
 from tests.rl.test_train import _assert_resumed, _cli, _final_params
 
 CONFIG = "configs/sft_dpo_grpo.py:test"
@@ -74,7 +74,7 @@ class _Rollout:
 
 
 def test_mined_pairs_are_written_once_and_reused_on_resume(tmp_path):
-    from rl.run.task_stream import TaskCatalog
+    from rl.rollout.task_stream import TaskCatalog
 
     tasks = [Task(f"t{i}", "arithmetic", f"{i}*2", hidden={"answer": str(2 * i)}) for i in range(6)]
     catalog = TaskCatalog(loader=lambda source, split=None: tasks)

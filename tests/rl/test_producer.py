@@ -9,8 +9,8 @@ import threading
 import pytest
 from flax import nnx
 
-from rl.run.producer import Produced, RolloutProducer
-from rl.run.rollout import RolloutHandle, RolloutResult
+from rl.rollout.lockstep import RolloutHandle, RolloutResult
+from rl.rollout.producer import Produced, RolloutProducer
 
 
 class ManualRollout:

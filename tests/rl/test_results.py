@@ -1,4 +1,4 @@
-"""``rl.results``: tables from synthetic trajectories written with ``rl.run.trajectory.write_step``.
+"""``rl.results``: tables from synthetic trajectories written with ``rl.rollout.trajectory.write_step``.
 
 Every number asserted here is known from how the episodes were built; nothing is timed
 (the speed goal lives in ``benchmarks/results_bench.py``).
@@ -20,8 +20,8 @@ import pytest
 from envs import Task
 from rl import results
 from rl.results import compare, format_episode, load_run, side_by_side, step_files
-from rl.run import trajectory
-from rl.run.trajectory import EpisodeRecord
+from rl.rollout import trajectory
+from rl.rollout.trajectory import EpisodeRecord
 
 REPO = Path(__file__).resolve().parents[2]
 # A verifier's free-form details can hold the very key the fast decoder cuts at, in a string and as a key.

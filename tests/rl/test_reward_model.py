@@ -19,6 +19,7 @@ from flax import nnx
 from envs import Task, VerifyContext, build_verifier
 from envs.episode import Episode
 from envs.verifiers.learned import register_scorer, unregister_scorer
+from rl.config.settings import ConfigError, load_settings
 from rl.learning.learner_config import LearnerConfig
 from rl.learning.preference import Pair, PairData, pair_batch
 from rl.learning.reward_learner import RewardLearner
@@ -33,7 +34,7 @@ from rl.learning.reward_model import (
     save_reward_model,
 )
 from rl.models import Transformer, get_model_config, sharding
-from rl.run.learned_reward import (
+from rl.phases.learned_reward import (
     Judge,
     LearnedRewardSettings,
     install_judge,
@@ -41,9 +42,8 @@ from rl.run.learned_reward import (
     learned_only_domains,
     uninstall_judge,
 )
+from rl.rollout.trajectory import read_step, step_files
 from rl.run.metrics import read_metrics, without_timing
-from rl.run.settings import ConfigError, load_settings
-from rl.run.trajectory import read_step, step_files
 from tests.rl.test_train import _assert_resumed, _cli
 from tests.sandbox.conftest import backend_or_skip
 
@@ -234,7 +234,7 @@ def test_a_learned_only_reward_is_flagged(trained, caplog):
     assert learned_only_domains({"a": {"verifier": {"math_answer": 1.0, "learned": 0.2}}}) == []  # an outcome verifier
     assert learned_only_domains({"a": {"verifier": {"outcome": 1.0}}, "b": {}}) == []
     alone = _settings(trained.path, 0.75, {"learned": 1.0})
-    with caplog.at_level(logging.WARNING, logger="rl.run.learned_reward"):
+    with caplog.at_level(logging.WARNING, logger="rl.phases.learned_reward"):
         judge = install_judge(alone)
     uninstall_judge(judge)
     assert any("LEARNED-ONLY REWARD" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)

@@ -14,13 +14,13 @@ import pytest
 
 from configs import common, quickstart
 from envs import env_for_domain
+from rl.config.settings import ConfigError, load_settings
 from rl.learning.learner_config import LearnerConfig
+from rl.phases.evaluation import held_out_tasks
+from rl.rollout.lockstep import ENV_MIN_TURNS
+from rl.rollout.task_stream import TaskCatalog, task_stream
 from rl.run import experiment
-from rl.run.evaluation import held_out_tasks
 from rl.run.experiment import build, check_workdir, example_tasks
-from rl.run.rollout import ENV_MIN_TURNS
-from rl.run.settings import ConfigError, load_settings
-from rl.run.task_stream import TaskCatalog, task_stream
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = sorted(p.stem for p in (REPO / "configs").glob("*.py") if p.stem not in ("__init__", "common"))

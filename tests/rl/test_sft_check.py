@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from configs import quickstart
-from rl.run import sft_check
-from rl.run.evaluation import held_out_tasks
+from rl.config.settings import ConfigError, load_settings
+from rl.phases import sft_check
+from rl.phases.evaluation import held_out_tasks
+from rl.rollout.task_stream import TaskCatalog
 from rl.run.experiment import build
 from rl.run.metrics import read_metrics, without_timing
-from rl.run.settings import ConfigError, load_settings
-from rl.run.task_stream import TaskCatalog
 from rl.run.trainer import Trainer
 from tests.rl.test_train import _final_params
 from tests.sandbox.conftest import backend_or_skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from rl.run.task_stream import TaskCatalog, task_stream
+from rl.rollout.task_stream import TaskCatalog, task_stream
 
 
 @dataclasses.dataclass(frozen=True)

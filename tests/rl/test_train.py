@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rl.run import trajectory
+from rl.rollout import trajectory
 from rl.run.metrics import read_metrics, without_timing
 from tests.conftest import import_or_skip
 from tests.sandbox.conftest import backend_or_skip

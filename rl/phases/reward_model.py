@@ -13,7 +13,7 @@ Steps ``1..steps`` write ``rm/loss``, ``rm/accuracy``, ``rm/margin`` (and ``rm/c
 last step the held-out pairs are scored: ``rm/heldout_accuracy``, ``rm/heldout_margin``,
 ``rm/score_mean``, ``rm/score_std``. The last step then saves the judge to
 ``<workdir>/reward_model`` with those figures (:func:`rl.learning.reward_model.save_reward_model`);
-an RL run uses it through ``config.learned_reward`` (:mod:`rl.run.learned_reward`).
+an RL run uses it through ``config.learned_reward`` (:mod:`rl.phases.learned_reward`).
 
 A reward-model run trains nothing else: its SFT, preference and RL steps must be 0 (the backbone
 is the run's model, trained in place).
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
+from rl.config.errors import ConfigError, unknown_field_message
 from rl.generation.tokenizer import ByteTokenizer
 from rl.learning.preference import Pair, PairData, load_pairs, pair_batch
 from rl.learning.reward_model import RewardModelInfo, pair_accuracy, save_reward_model
-from rl.run.config_errors import ConfigError, unknown_field_message
 
 log = logging.getLogger(__name__)
 OUTPUT_DIR = "reward_model"

@@ -21,7 +21,7 @@ import json
 import threading
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -29,9 +29,11 @@ from flax import nnx
 
 from envs import Task
 from rl.models import sharding
-from rl.run.distributed import ProcessGroup
-from rl.run.rollout import Rollout, RolloutHandle, RolloutResult, requeue_of
-from rl.run.trajectory import EpisodeRecord
+from rl.rollout.lockstep import Rollout, RolloutHandle, RolloutResult, requeue_of
+from rl.rollout.trajectory import EpisodeRecord
+
+if TYPE_CHECKING:  # the job's channel is built by rl.run; a rollout only uses it
+    from rl.run.distributed import ProcessGroup
 
 # Timing entries that count work (summed over processes); the others are durations (the slowest).
 _COUNTED = ("prefill_tokens", "prefill_tokens_reused", "jobs", "job_retries")
@@ -96,7 +98,7 @@ class _Split:
 class SplitRollout:
     """A rollout whose groups are shared out over the job's processes (module docstring).
 
-    Same interface as :class:`~rl.run.rollout.Rollout`: ``run``, ``start`` / ``advance``, ``close``.
+    Same interface as :class:`~rl.rollout.lockstep.Rollout`: ``run``, ``start`` / ``advance``, ``close``.
 
     Args:
       inner: this process's rollout (lock-step or engine), sampling with ``replica.replica``.

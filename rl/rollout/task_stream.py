@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class Pool(Protocol):
-    """One weighted task pool (:class:`rl.run.settings.PoolSettings`)."""
+    """One weighted task pool (:class:`rl.config.settings.PoolSettings`)."""
 
     source: str
     weight: float

@@ -26,12 +26,12 @@ import dataclasses
 import logging
 
 from envs import Task
+from rl.config.settings import Settings
 from rl.learning.learner_config import LearnerConfig
-from rl.run.episodes import rollout_metrics
-from rl.run.evaluation import fixed_choice
-from rl.run.rollout import Rollout
-from rl.run.settings import Settings
-from rl.run.task_stream import TaskCatalog
+from rl.phases.evaluation import fixed_choice
+from rl.rollout.episodes import rollout_metrics
+from rl.rollout.lockstep import Rollout
+from rl.rollout.task_stream import TaskCatalog
 
 log = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from envs import Task
-from rl.run.rollout import Rollout, RolloutHandle, RolloutResult
-from rl.run.trajectory import EpisodeRecord
+from rl.rollout.lockstep import Rollout, RolloutHandle, RolloutResult
+from rl.rollout.trajectory import EpisodeRecord
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,8 @@ class RolloutProducer:
     """Samples RL steps ``first .. last`` ahead of the learner (see the module docstring).
 
     Args:
-      rollout: starts and advances rollouts (:meth:`~rl.run.rollout.Rollout.start`); an
-        :class:`~rl.run.engine_rollout.EngineRollout` keeps several steps in flight at once.
+      rollout: starts and advances rollouts (:meth:`~rl.rollout.lockstep.Rollout.start`); an
+        :class:`~rl.rollout.engine_rollout.EngineRollout` keeps several steps in flight at once.
       draw: ``draw(step) -> tasks``: the step's tasks (called on the producer's thread, under
         :attr:`lock`, in step order).
       finish: ``finish(step, tasks, result) -> Produced`` (same thread, under :attr:`lock`, in step

@@ -16,11 +16,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from envs import Task
-from rl.run import trajectory
-from rl.run.episodes import pass_at_k, rollout_metrics
-from rl.run.rollout import Rollout
-from rl.run.settings import EvalSettings, PoolSettings
-from rl.run.task_stream import TaskCatalog
+from rl.config.settings import EvalSettings, PoolSettings
+from rl.rollout import trajectory
+from rl.rollout.episodes import pass_at_k, rollout_metrics
+from rl.rollout.lockstep import Rollout
+from rl.rollout.task_stream import TaskCatalog
 
 _TASK_CHOICE_SEED = 7  # the held-out tasks of a run never depend on its seed
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from envs import DOMAINS  # importing envs registers the shipped domains and their demonstration sources
 from envs.demonstrations import DEMONSTRATIONS, demonstration_options
-from rl.run.config_errors import ConfigError, need, unknown_field_message
+from rl.config.errors import ConfigError, need, unknown_field_message
 
 
 def constructor_parameters(cls: type) -> set[str]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.learning.preference import Pair, PairData, load_pairs, mine_pairs, pair_batch
-from rl.run.task_stream import task_stream
+from rl.rollout.task_stream import task_stream
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Episodes that move independently: a decode engine for the turns, the sandbox scheduler for the tools.
 
-:class:`~rl.run.rollout.Rollout` advances every episode in lock step: each turn re-prefills every
+:class:`~rl.rollout.lockstep.Rollout` advances every episode in lock step: each turn re-prefills every
 context and waits for the slowest decode and the slowest tool call. :class:`EngineRollout` runs the
 same episodes (same records, same seeds, same environment contract) as independent state
 machines::
@@ -38,8 +38,8 @@ from envs.sandboxes import Job, JobResult, LentSandboxes, Scheduler
 from rl.generation.engine import DecodeEngine
 from rl.generation.sampler import Completion
 from rl.generation.tokenizer import Tokenizer
-from rl.run.admission import Admission
-from rl.run.rollout import (
+from rl.rollout.admission import Admission
+from rl.rollout.lockstep import (
     ContextMeter,
     EnvCache,
     Rollout,
@@ -48,7 +48,7 @@ from rl.run.rollout import (
     RolloutResult,
     _anomalous,
 )
-from rl.run.trajectory import DECODINGS, EpisodeRecord
+from rl.rollout.trajectory import DECODINGS, EpisodeRecord
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class _Live:
     known: int = 0  # tokens of the record the engine already has (prompt, turns, observations)
     done: bool = False
     tainted: bool = False  # its env may still be running in an abandoned job: never reuse it
-    started: bool = False  # admitted: its reset went to the scheduler (rl.run.admission)
+    started: bool = False  # admitted: its reset went to the scheduler (rl.rollout.admission)
 
 
 @dataclasses.dataclass

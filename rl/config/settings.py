@@ -25,15 +25,7 @@ from typing import Any
 import jax
 import ml_collections as mlc
 
-from rl.learning.advantages import ESTIMATORS
-from rl.learning.learner_config import RAW_LOGPROB_TEMPERATURE, LearnerConfig
-from rl.learning.losses import PACKABLE_AGGREGATIONS, PolicyLossConfig
-from rl.learning.preference import PreferenceConfig
-from rl.learning.sft import is_sft_source, sft_sources
-from rl.models import ModelConfig, get_model_config
-from rl.models.lora import LoRAConfig
-from rl.models.sharding import MESH_AXES, resolve_mesh_shape
-from rl.run.config_errors import (  # noqa: F401 - ConfigError, unknown_field_message: re-exported
+from rl.config.errors import (  # noqa: F401 - ConfigError, unknown_field_message: re-exported
     ConfigError,
     need,
     need_bool,
@@ -42,15 +34,23 @@ from rl.run.config_errors import (  # noqa: F401 - ConfigError, unknown_field_me
     section,
     unknown_field_message,
 )
-from rl.run.learned_reward import LearnedRewardSettings, parse_learned_reward
-from rl.run.preference_phase import MINED, PreferenceSettings
-from rl.run.registry_checks import check_env_kwargs, check_sft_options
-from rl.run.reward_model_phase import RewardModelSettings, parse_reward_model
-from rl.run.rollout import RolloutConfig
-from rl.run.task_stream import TaskCatalog
+from rl.config.registry_checks import check_env_kwargs, check_sft_options
+from rl.learning.advantages import ESTIMATORS
+from rl.learning.learner_config import RAW_LOGPROB_TEMPERATURE, LearnerConfig
+from rl.learning.losses import PACKABLE_AGGREGATIONS, PolicyLossConfig
+from rl.learning.preference import PreferenceConfig
+from rl.learning.sft import is_sft_source, sft_sources
+from rl.models import ModelConfig, get_model_config
+from rl.models.lora import LoRAConfig
+from rl.models.sharding import MESH_AXES, resolve_mesh_shape
+from rl.phases.learned_reward import LearnedRewardSettings, parse_learned_reward
+from rl.phases.preference import MINED, PreferenceSettings
+from rl.phases.reward_model import RewardModelSettings, parse_reward_model
+from rl.rollout.lockstep import RolloutConfig
+from rl.rollout.task_stream import TaskCatalog
 
 PHASES = ("sft", "preference", "rl")  # a run's stages: optional SFT warm start, optional preference phase, RL
-# A reward-model run (config.reward_model, rl.run.reward_model_phase) has this one phase and no other.
+# A reward-model run (config.reward_model, rl.phases.reward_model) has this one phase and no other.
 REWARD_MODEL_PHASE = "reward_model"
 BACKENDS = ("bwrap", "docker")
 FLEETS = ("local", "ray")  # config.sandbox.fleet: one machine (or Docker URLs), or a Ray cluster
@@ -107,13 +107,13 @@ class AlgorithmSettings:
 
 @dataclasses.dataclass(frozen=True)
 class SFTSettings:
-    steps: int  # with check_every > 0: the most SFT steps (rl.run.sft_check)
+    steps: int  # with check_every > 0: the most SFT steps (rl.phases.sft_check)
     data: str
     batch_size: int
     options: Mapping[str, Any]
     # Ending SFT when the skill arrived: every check_every steps, one sampled episode of each of
     # check_tasks training tasks; at the first check whose pass rate is >= until_pass_rate the
-    # learning rate decays over anneal_steps and SFT ends (rl.run.sft_check).
+    # learning rate decays over anneal_steps and SFT ends (rl.phases.sft_check).
     check_every: int = 0
     check_tasks: int = 32
     until_pass_rate: float = 0.0

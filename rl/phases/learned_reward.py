@@ -4,9 +4,9 @@
     config.rollout.env_kwargs = {"arithmetic": {"verifier": {"outcome": 1.0, "learned": 0.2}}}
 
 Before step 1 (:func:`install_judge`, called when the run is built) the reward model saved by a
-``config.reward_model`` run (:mod:`rl.run.reward_model_phase`) is loaded and **checked**: its pair
+``config.reward_model`` run (:mod:`rl.phases.reward_model`) is loaded and **checked**: its pair
 accuracy on its own held-out pairs is measured again, and a judge below
-``learned_reward.min_accuracy`` refuses the run (a :class:`~rl.run.settings.ConfigError` naming the
+``learned_reward.min_accuracy`` refuses the run (a :class:`~rl.config.settings.ConfigError` naming the
 field, the measured accuracy and the threshold). A judge that passes is registered as the scorer of
 the ``learned`` verifier (:mod:`envs.verifiers.learned`), which the rollout's verifier configs weigh
 against the outcome like any other component.
@@ -36,6 +36,7 @@ from flax import nnx
 
 from envs.verifiers import VERIFIERS
 from envs.verifiers.learned import DEFAULT_SCORER, register_scorer, unregister_scorer
+from rl.config.errors import ConfigError, unknown_field_message
 from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rl.learning.reward_model import (
     RewardModel,
@@ -46,7 +47,6 @@ from rl.learning.reward_model import (
     score_sequences,
 )
 from rl.learning.sft import encode_conversation
-from rl.run.config_errors import ConfigError, unknown_field_message
 
 log = logging.getLogger(__name__)
 LEARNED = "learned"  # the registered name of the verifier
@@ -189,7 +189,7 @@ class Judge:
 def install_judge(settings: Any, mesh: jax.sharding.Mesh | None = None) -> Judge | None:
     """Loads, checks and registers the run's judge (None without ``config.learned_reward``).
 
-    ``settings``: the run's :class:`~rl.run.settings.Settings`. Raises ``ConfigError`` when the judge's
+    ``settings``: the run's :class:`~rl.config.settings.Settings`. Raises ``ConfigError`` when the judge's
     measured held-out accuracy is below ``learned_reward.min_accuracy``; warns about a learned-only reward.
     """
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from rl.learning.advantages import group_advantages
 from rl.learning.batch import DEFAULT_LENGTH_BUCKETS, TrainBatch, pack
-from rl.run.trajectory import EpisodeRecord
+from rl.rollout.trajectory import EpisodeRecord
 
 
 def assign_advantages(

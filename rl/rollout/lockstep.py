@@ -19,7 +19,7 @@ the only form a result takes. Each episode is stored once: the prompt
 messages, each turn's completion, the tool calls (once, each with its turn),
 and the verification.
 
-Trajectories are token-exact (see :mod:`rl.run.trajectory`).
+Trajectories are token-exact (see :mod:`rl.rollout.trajectory`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 from envs import MIN_TURNS, AgentEnv, Task, Verification, env_for_domain
 from rl.generation.sampler import Completion, Sampler, SamplingParams
 from rl.generation.tokenizer import Tokenizer
-from rl.run.trajectory import DECODINGS, EpisodeRecord
+from rl.rollout.trajectory import DECODINGS, EpisodeRecord
 
 log = logging.getLogger(__name__)
 # The fewest turns an environment accepts (``AgentEnv(max_turns=)``: a tool call, then its answer).
@@ -60,7 +60,7 @@ class RolloutConfig:
       env_kwargs: per-domain constructor arguments for the environments
         (e.g. ``{"repair": {"verifier": {"outcome": 1.0, "efficiency": 0.1}}}``).
       engine: episodes move independently on the decode engine, tools through the sandbox
-        scheduler (:mod:`rl.run.engine_rollout`); False: the lock-step rollout here.
+        scheduler (:mod:`rl.rollout.engine_rollout`); False: the lock-step rollout here.
       engine_slots: sequences the engine decodes at once (0: one per episode of a training step,
         at most 256); more episodes wait for a slot, idle ones page out to host memory.
       step_deadline_s: the most one environment reset or step may take, queueing included, before
@@ -227,7 +227,7 @@ class Rollout:
         policy), else the live model. ``policy_version``: recorded in every episode (the learner
         step whose parameters sampled it; by default ``step - 1``, on-policy). ``groups``: run only
         these tasks (indices into ``tasks``), the others' episodes being another process's
-        (:mod:`rl.run.split_rollout`); an episode's group is always its task's index in ``tasks``.
+        (:mod:`rl.rollout.split`); an episode's group is always its task's index in ``tasks``.
         """
         if decoding not in DECODINGS:
             raise ValueError(f"Rollout.run(decoding=): expected one of {DECODINGS}, got {decoding!r}")
@@ -261,7 +261,7 @@ class Rollout:
 
     def start(self, tasks: Sequence[Task], **kwargs: Any) -> RolloutHandle:
         """Begins a rollout (arguments as :meth:`run`). Lock-step runs it to the end right here;
-        :class:`~rl.run.engine_rollout.EngineRollout` returns at once and runs it in :meth:`advance`."""
+        :class:`~rl.rollout.engine_rollout.EngineRollout` returns at once and runs it in :meth:`advance`."""
         return RolloutHandle(result=self.run(tasks, **kwargs))
 
     def advance(self, timeout: float | None = None) -> None:
