@@ -136,19 +136,21 @@ class Trees:
             os.close(dir_fd)
 
     # -- snapshot / restore ---------------------------------------------------
-    def snapshot(self):
-        """A tar of every root marked for snapshots, walked by descriptor (no symlink followed, no recursion)."""
-        buf = io.BytesIO()
+    def snapshot(self, out):
+        """Writes a tar of every root marked for snapshots to ``out`` (a :class:`ChunkWriter`).
+
+        Walked by descriptor (no symlink followed, no recursion); ``out`` flushes it in bounded chunks.
+        """
         roots = [r for r in sorted(self.roots, key=lambda r: r["path"]) if r.get("snapshot", True)]
         budget = _Budget(sum(_capacity(r["path"]) for r in roots))
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for root in roots:
                 base = root["path"].lstrip("/")
                 tar.addfile(_info(base, os.stat(root["path"], follow_symlinks=False)))
                 for prefix, names, dfd in walk(root["path"], base):
                     for name in names:
                         _add(tar, prefix + "/" + name, name, dfd, budget)
-        return buf.getvalue()
+        out.flush()
 
     def clear(self):
         """Empties every root (the roots themselves stay: they are mount points); any depth, no recursion."""
@@ -265,6 +267,37 @@ def remove_children(top):
         os.close(fd)
 
 
+class ChunkWriter:
+    """A write-only file that hands its bytes to ``send`` in chunks of ``chunk`` bytes, up to ``limit`` in all.
+
+    What keeps a snapshot from costing the agent (inside the sandbox's memory limit) more than one
+    chunk, and the host more than ``limit``: past it, :class:`FileOpError` names the cap and the size
+    reached, which the host raises as a file error, never an OOM-killed agent.
+    """
+
+    def __init__(self, send, chunk, limit):
+        self.send, self.chunk, self.limit = send, chunk, limit
+        self.buf, self.total = bytearray(), 0
+
+    def write(self, data):
+        self.total += len(data)
+        if self.total > self.limit:
+            raise FileOpError("larger than max_bytes=%d (%d bytes reached)" % (self.limit, self.total))
+        self.buf += data
+        while len(self.buf) >= self.chunk:
+            self.send(bytes(self.buf[: self.chunk]))
+            del self.buf[: self.chunk]
+        return len(data)
+
+    def tell(self):
+        return self.total
+
+    def flush(self):
+        if self.buf:
+            self.send(bytes(self.buf))
+            self.buf.clear()
+
+
 def _info(name, st):
     info = tarfile.TarInfo(name)
     info.mode = stat.S_IMODE(st.st_mode)
@@ -306,9 +339,9 @@ def _capacity(path):
 class _Budget:
     """What a snapshot may carry in all: the capacity of the mounts it copies.
 
-    The tar is built in the agent's memory, inside the sandbox's limit. Real data can never exceed the
-    mounts' size; only holes (sparse files) and hard links (one file stored once per name) can, and
-    either would make the agent OOM (a ``SandboxVanished``) where the caller must see a file error.
+    Real data can never exceed the mounts' size; only holes (sparse files) and hard links (one file
+    stored once per name) can. Refusing them here, before any byte is read, fails fast with the
+    file's name; the :class:`ChunkWriter`'s cap bounds what is sent either way.
     """
 
     def __init__(self, limit):

@@ -9,6 +9,9 @@ import struct
 
 HEADER = struct.Struct(">I")
 MAX_HEADER = 64 << 20
+# A snapshot leaves the agent as messages ``{"id": <request>, "chunk": true}`` of at most this many
+# bytes each, then one final reply: the agent never holds more than one chunk of the tar.
+STREAM_CHUNK_BYTES = 1 << 20
 
 
 def read_exact(stream, n):

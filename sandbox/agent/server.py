@@ -30,9 +30,9 @@ import time
 
 from sandbox.agent import confine as confinement
 from sandbox.agent import ipc, signals
-from sandbox.agent.files import FileOpError, Trees, remove_children
+from sandbox.agent.files import ChunkWriter, FileOpError, Trees, remove_children
 from sandbox.agent.processes import process_table, signal_all, spawn, stopped, subprocess_error
-from sandbox.agent.protocol import encode_message, read_message
+from sandbox.agent.protocol import STREAM_CHUNK_BYTES, encode_message, read_message
 from sandbox.agent.roots import RootAttributes
 
 _DRAIN_AFTER_EXIT_S = 0.05
@@ -331,8 +331,15 @@ class Agent:
         return {"ok": True}, []
 
     def op_snapshot(self, req, blobs):
+        """Streams the tar in chunk messages, then replies; at most ``max_bytes`` of it in all."""
+
+        def send(chunk):
+            self.out.write(encode_message({"id": req.get("id"), "chunk": True}, [chunk]))
+            self.out.flush()
+
         try:
-            return {"ok": True}, [self.trees.snapshot()]
+            self.trees.snapshot(ChunkWriter(send, STREAM_CHUNK_BYTES, int(req["max_bytes"])))
+            return {"ok": True}, []
         except (OSError, FileOpError) as exc:  # what the commands made of their files, not a broken agent
             return {"error": "file", "message": "snapshot: %s" % exc}, []
 
@@ -353,6 +360,7 @@ class Agent:
         return {"ok": True}, []
 
     def serve(self, inp, out):
+        self.out = out  # streamed replies (snapshots) write their chunks before the final reply
         hello = {"ok": True, "hello": True, "pid": self.pid, "confinement": self.confinement}
         out.write(encode_message(hello))
         out.flush()

@@ -23,13 +23,16 @@ from typing import Any, ClassVar
 from sandbox import identity, seccomp
 from sandbox.agent.confine import AGENT_CAPS
 from sandbox.backends.channel import AgentChannel, Transport, closed_error
-from sandbox.errors import SandboxInfraError, SandboxUsageError
+from sandbox.errors import SandboxFileError, SandboxInfraError, SandboxUsageError
 from sandbox.spec import ExecResult, SandboxSpec, check_env
 
 MAX_COMMAND_BYTES = 1 << 20
 MAX_STDIN_BYTES = 64 << 20
 MAX_WRITE_BYTES = 1 << 30
 DEFAULT_READ_BYTES = 64 << 20
+# The most a snapshot may hold (its tar), on the way out and on the way back in: the host keeps
+# snapshots in memory (a pool keeps one per sandbox), so this is what one can cost it.
+SNAPSHOT_MAX_BYTES = 256 << 20
 # The agent enforces the command's timeout itself; the host waits this much
 # longer before it declares the agent unresponsive (an infrastructure failure).
 HOST_GRACE_S = 15.0
@@ -225,15 +228,28 @@ class Sandbox(abc.ABC):
         _, (data,) = self._call("read", header, timeout=BOOT_TIMEOUT_S)
         return data
 
-    def snapshot(self) -> Snapshot:
-        """Captures the writable directories (workspace, /tmp) so they can be restored."""
-        _, (data,) = self._call("snapshot", {}, timeout=BOOT_TIMEOUT_S)
-        return Snapshot(self.backend, self.id, data, time.time())
+    def snapshot(self, *, max_bytes: int = SNAPSHOT_MAX_BYTES) -> Snapshot:
+        """Captures the writable directories (workspace, /tmp) so they can be restored.
+
+        The agent streams the tar in bounded chunks. :class:`SandboxFileError` naming the cap and the
+        size reached if it grows past ``max_bytes`` (at most :data:`SNAPSHOT_MAX_BYTES`, which
+        :meth:`restore` accepts), or if a file is sparse.
+        """
+        if not isinstance(max_bytes, int) or not 0 < max_bytes <= SNAPSHOT_MAX_BYTES:
+            raise SandboxUsageError(
+                f"snapshot(max_bytes=): expected an int in [1, {SNAPSHOT_MAX_BYTES}], got {max_bytes!r}"
+            )
+        _, chunks = self._call("snapshot", {"max_bytes": max_bytes}, timeout=BOOT_TIMEOUT_S)
+        return Snapshot(self.backend, self.id, b"".join(chunks), time.time())
 
     def restore(self, snapshot: Snapshot) -> None:
         """Kills every process and puts the writable directories back as they were."""
         if not isinstance(snapshot, Snapshot):
             raise SandboxUsageError(f"restore(snapshot=): expected a Snapshot, got {type(snapshot).__name__}")
+        if snapshot.size_bytes > SNAPSHOT_MAX_BYTES:
+            raise SandboxFileError(
+                f"restore: snapshot of {snapshot.size_bytes} bytes is larger than max_bytes={SNAPSHOT_MAX_BYTES}"
+            )
         self._call("restore", {}, [snapshot.data], timeout=BOOT_TIMEOUT_S)
 
     def kill_all(self) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, Protocol
 
 from sandbox import agent
+from sandbox.agent.protocol import STREAM_CHUNK_BYTES
 from sandbox.errors import (
     AgentUnresponsive,
     SandboxClosed,
@@ -209,7 +210,7 @@ class AgentChannel:
             deadline = time.monotonic() + timeout
             try:
                 self._transport.send(agent.encode_message(dict(header, op=op, id=request_id), blobs))
-                response, rblobs = self._read(deadline)
+                response, rblobs = self._read_streamed(request_id, header.get("max_bytes"), deadline)
             except TimeoutError as exc:
                 raise self._break(f"agent gave no answer to {op!r} within {timeout:.1f}s", AgentUnresponsive) from exc
             except (EOFError, OSError) as exc:
@@ -226,6 +227,25 @@ class AgentChannel:
                 f"agent failed on {op!r}: {response.get('message')}", backend=self._backend, cause="agent_error"
             )
         return response, rblobs
+
+    def _read_streamed(
+        self, request_id: int, max_bytes: int | None, deadline: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        """The final reply, its blobs preceded by those of any chunk messages the agent streamed first.
+
+        Chunks past the request's ``max_bytes`` (the agent's own cap, plus one chunk) mean an agent that
+        does not keep the protocol: the channel breaks rather than buffer without bound.
+        """
+        chunks: list[bytes] = []
+        received = 0
+        while True:
+            response, rblobs = self._read(deadline)
+            if not response.get("chunk") or response.get("id") != request_id:
+                return response, chunks + rblobs
+            received += sum(len(b) for b in rblobs)
+            if max_bytes is None or received > max_bytes + STREAM_CHUNK_BYTES:
+                raise EOFError(f"agent streamed {received} bytes, past max_bytes={max_bytes}")
+            chunks.extend(rblobs)
 
     def _read(self, deadline: float) -> tuple[dict[str, Any], list[bytes]]:
         t = self._transport

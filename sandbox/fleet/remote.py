@@ -53,8 +53,9 @@ class RemoteSandbox:
         """Reads a file from the sandbox (see :meth:`Sandbox.read_file`)."""
         return self._call("read_file", (path,), kwargs)
 
-    def snapshot(self) -> Any:
-        return self._call("snapshot", (), {})
+    def snapshot(self, **kwargs: Any) -> Any:
+        """The sandbox's snapshot, capped on its node (see :meth:`Sandbox.snapshot`)."""
+        return self._call("snapshot", (), kwargs)
 
     def restore(self, snapshot: Any) -> None:
         return self._call("restore", (snapshot,), {})

@@ -248,6 +248,28 @@ def test_a_snapshot_of_inflated_files_is_a_file_error_not_an_oom(target, attack)
     assert target.snapshot().size_bytes > 8 << 20
 
 
+def test_a_snapshot_past_its_cap_is_a_file_error_and_the_cap_holds_on_restore(target):  # noqa: F811
+    """Dense data past ``max_bytes``: the agent streams chunks and stops at the cap, it does not OOM."""
+    from sandbox import SandboxFileError, Snapshot
+    from sandbox.agent.protocol import STREAM_CHUNK_BYTES
+    from sandbox.backends.base import SNAPSHOT_MAX_BYTES
+
+    cap = 4 * STREAM_CHUNK_BYTES
+    assert target.exec("head -c 6M /dev/urandom > /workspace/big").exit_code == 0
+    with pytest.raises(SandboxFileError, match=rf"max_bytes={cap} \((\d+) bytes reached\)"):
+        target.snapshot(max_bytes=cap)
+    assert target.exec("echo alive").stdout_text.strip() == "alive"  # the agent was not OOM-killed
+    with pytest.raises(SandboxFileError, match=f"larger than max_bytes={SNAPSHOT_MAX_BYTES}"):
+        target.restore(Snapshot(target.backend, target.id, bytes(SNAPSHOT_MAX_BYTES + 1), 0.0))
+    # Control: under the cap the same kind of data streams in several chunks and round-trips.
+    target.exec("head -c 3M /dev/urandom > /workspace/big && sha256sum /workspace/big > /tmp/sum")
+    snap = target.snapshot(max_bytes=cap)
+    assert 3 * STREAM_CHUNK_BYTES < snap.size_bytes <= cap
+    target.exec("rm /workspace/big /tmp/sum")
+    target.restore(snap)
+    assert target.exec("sha256sum -c /tmp/sum").exit_code == 0
+
+
 def test_privilege_escalation_probes_see_success_when_it_is_real(hostile):
     """Controls for test_adversarial's privilege-escalation probes: they exit 0 where the effect is allowed."""
     if os.geteuid() == 0:  # root on the host: the setuid probe does become uid 0 there
