@@ -25,7 +25,9 @@ namespace decides what AF_INET/AF_INET6 reach), netlink only for
 and every other family -- AF_VSOCK, whose port space crosses network
 namespaces, AF_PACKET, AF_ALG, Bluetooth, ... -- fails with ``EAFNOSUPPORT``,
 as on a kernel built without it. A new family added to the kernel is denied
-until someone adds it here.
+until someone adds it here. AF_INET/AF_INET6 are TCP only (:data:`INET_SOCKET_TYPES`;
+UDP, raw and the rest get ``ESOCKTNOSUPPORT``): cgroup v1 charges no datagram
+buffer to the sandbox's memory.
 
 Syscalls of other ABIs on the same machine (i386 ``int 0x80``, x32) do not
 match the native rules, so libseccomp's bad-architecture action kills them.
@@ -143,6 +145,19 @@ NETLINK_ROUTE = 0
 # bound and denied, so no encoding of a denied family slips past an equality rule.
 SOCKET_FAMILY_BOUND = 64
 _SOCKET_CALLS = ("socket", "socketpair")
+# AF_INET/AF_INET6 sockets are TCP only: cgroup v1 charges no datagram buffer (UDP, raw, SCTP, ...)
+# to any memory counter, so each such socket could hold ``rmem_max`` of host memory outside the
+# sandbox's limit. No domain needs them; other types get ESOCKTNOSUPPORT. The type argument carries
+# SOCK_NONBLOCK/SOCK_CLOEXEC above :data:`SOCK_TYPE_MASK`, which the rules mask off.
+INET_FAMILIES = (2, 10)
+INET_SOCKET_TYPES: tuple[tuple[str, int], ...] = (("SOCK_STREAM", 1),)
+SOCK_TYPE_MASK = 0xF
+
+
+def denied_inet_types() -> list[int]:
+    """Every socket type (masked) that :data:`INET_SOCKET_TYPES` does not allow for AF_INET/AF_INET6."""
+    allowed = {nr for _, nr in INET_SOCKET_TYPES}
+    return [t for t in range(SOCK_TYPE_MASK + 1) if t not in allowed]
 
 
 def denied_socket_families() -> list[int]:
@@ -203,6 +218,10 @@ def build_filter(*, allow_mount: bool = False):
             flt.add_rule(no_family, call, sc.Arg(0, sc.EQ, family))
         flt.add_rule(no_family, call, sc.Arg(0, sc.GE, SOCKET_FAMILY_BOUND))
         flt.add_rule(no_family, call, sc.Arg(0, sc.EQ, AF_NETLINK), sc.Arg(2, sc.NE, NETLINK_ROUTE))
+    no_type = sc.ERRNO(errno.ESOCKTNOSUPPORT)
+    for family in INET_FAMILIES:
+        for kind in denied_inet_types():
+            flt.add_rule(no_type, "socket", sc.Arg(0, sc.EQ, family), sc.Arg(1, sc.MASKED_EQ, SOCK_TYPE_MASK, kind))
     return flt
 
 
@@ -265,4 +284,17 @@ def _docker_socket_rules() -> list[dict]:
             {"index": 2, "value": NETLINK_ROUTE, "op": "SCMP_CMP_NE"},
         )
     )
+    for family in INET_FAMILIES:
+        for kind in denied_inet_types():
+            rules.append(
+                {
+                    "names": ["socket"],
+                    "action": "SCMP_ACT_ERRNO",
+                    "errnoRet": errno.ESOCKTNOSUPPORT,
+                    "args": [
+                        {"index": 0, "value": family, "op": "SCMP_CMP_EQ"},
+                        {"index": 1, "value": SOCK_TYPE_MASK, "valueTwo": kind, "op": "SCMP_CMP_MASKED_EQ"},
+                    ],
+                }
+            )
     return rules

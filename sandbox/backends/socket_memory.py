@@ -8,9 +8,9 @@ buffers have their own counter, ``memory.kmem.tcp.*``, unlimited by default:
 limit alongside the memory limit (bwrap with the sandbox's cgroup, Docker's
 container after start), and a sandbox whose limit cannot be set does not start.
 
-UDP and other datagram buffers are charged on neither v1 counter; they are
-bounded per socket by ``net.core.rmem_max``/``wmem_max`` and per sandbox by
-its descriptor and process limits (see docs/sandbox-isolation.md).
+UDP and other datagram buffers are charged on neither v1 counter, so the
+seccomp filter allows AF_INET/AF_INET6 sockets of type SOCK_STREAM only
+(:data:`sandbox.seccomp.INET_SOCKET_TYPES`; see docs/sandbox-isolation.md).
 """
 
 from __future__ import annotations

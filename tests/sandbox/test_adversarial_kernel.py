@@ -43,7 +43,7 @@ ALLOWED = [
     ("unix", _SOCKET, 1, STREAM, 0),
     ("unix-pair", _SOCKETPAIR, 1, STREAM, 0),
     ("inet", _SOCKET, 2, STREAM, 0),
-    ("inet6", _SOCKET, 10, DGRAM, 0),
+    ("inet6", _SOCKET, 10, STREAM | 0x80800, 0),  # SOCK_NONBLOCK | SOCK_CLOEXEC ride above the type
     ("netlink-route", _SOCKET, 16, RAW, 0),
 ]
 DENIED = [
@@ -157,6 +157,66 @@ def test_the_tcp_probe_queues_past_the_bound_where_nothing_bounds_it():
     )
     assert r.returncode == 0, r.stderr
     assert _unbounded_by_limit(json.loads(r.stdout), limit), r.stdout
+
+
+# Opens `n` pairs of loopback UDP sockets (v4 and v6) and sends each receiver more than its buffer
+# holds, never reading: on cgroup v1 none of that memory is charged to the sandbox. Prints how many
+# sockets it opened, the bytes the kernel holds in their receive queues, and the errno that stopped it.
+UDP_FILL = r"""
+import json, socket, sys
+n, keep, err = int(sys.argv[1]), [], None
+try:
+    for _ in range(n):
+        for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+            rx = socket.socket(family, socket.SOCK_DGRAM)
+            rx.bind((host, 0))
+            tx = socket.socket(family, socket.SOCK_DGRAM)
+            keep += [rx, tx]
+            for _ in range(64):
+                tx.sendto(b"x" * 8192, rx.getsockname())
+except OSError as e:
+    err = e.errno
+held = 0
+for table in ("/proc/net/udp", "/proc/net/udp6"):
+    for line in open(table).read().splitlines()[1:]:
+        held += int(line.split()[4].split(":")[1], 16)
+print(json.dumps({"opened": len(keep), "held": held, "errno": err}))
+"""
+TCP_ECHO = r"""
+import socket
+srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+srv.setblocking(True)
+srv.bind(("127.0.0.1", 0))
+srv.listen(1)
+c = socket.create_connection(srv.getsockname())
+a, _ = srv.accept()
+c.sendall(b"ping")
+print(a.recv(4).decode())
+"""
+
+
+@pytest.mark.parametrize("user", ["sandbox", "judge"])
+def test_udp_and_raw_inet_sockets_are_refused_tcp_still_works(target, user):
+    """Datagram buffers escape cgroup v1's memory accounting: INET sockets other than TCP cannot be made."""
+    r = target.exec(["python3", "-c", UDP_FILL, "200"], user=user, timeout=30)
+    assert r.exit_code == 0, r.stderr_text
+    out = json.loads(r.stdout)
+    assert out == {"opened": 0, "held": 0, "errno": errno.ESOCKTNOSUPPORT}, out
+    for kind in (2, 3, 5, 2 | 0x80800):  # DGRAM, RAW, SEQPACKET, DGRAM|NONBLOCK|CLOEXEC
+        for family in seccomp.INET_FAMILIES:
+            probe = f"import socket\ntry:\n socket.socket({family}, {kind})\nexcept OSError as e:\n print(e.errno)"
+            r = target.exec(["python3", "-c", probe], user=user)
+            assert r.stdout_text.strip() == str(errno.ESOCKTNOSUPPORT), (family, kind, r.stdout_text)
+    r = target.exec(["python3", "-c", TCP_ECHO], user=user, timeout=30)  # control: TCP (with type flags) works
+    assert r.stdout_text.strip() == "ping", r.stderr_text
+
+
+def test_the_udp_probe_holds_memory_where_nothing_filters_it():
+    """Control: on the host the same probe opens its sockets and the kernel holds their datagrams."""
+    r = subprocess.run([sys.executable, "-c", UDP_FILL, "8"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["opened"] == 32 and out["errno"] is None and out["held"] > 16 * 64 * 1024, out
 
 
 def _memory_cgroup(sb) -> Path:
