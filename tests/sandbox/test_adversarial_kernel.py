@@ -241,6 +241,32 @@ def test_the_same_sandbox_holds_more_with_its_tcp_limit_lifted(backend):
     assert _unbounded_by_limit(json.loads(r.stdout), limit), r.stdout
 
 
+def _v2_memory_cgroup(sb) -> Path:
+    if sb.backend == "bwrap":
+        return sb._cgroup.dirs[0]
+    cid, root = sb._container.id, Path("/sys/fs/cgroup")
+    found = [d for d in (root / "docker" / cid, root / "system.slice" / f"docker-{cid}.scope") if d.is_dir()]
+    assert found, f"no local cgroup for container {sb.id}"
+    return found[0]
+
+
+def test_cgroup_v2_charges_socket_buffers_to_the_sandbox(backend):
+    """On v2 the buffers of never-read connections show up as ``sock`` in the sandbox's own memory.stat."""
+    if cgroups.cgroup_version() != 2:
+        pytest.skip("cgroup v1 host: socket memory is bounded by the separate TCP limit (tests above)")
+    hold = TCP_FILL + "\nopen('/tmp/held', 'w').write(str(total))\nimport time\ntime.sleep(60)\n"
+    with backend.create(SPEC) as sb:
+        stat = _v2_memory_cgroup(sb) / "memory.stat"
+        sb.exec(["sh", "-c", 'python3 -c "$0" 33554432 64 >/dev/null 2>&1 &', hold])
+        queued = int(
+            sb.exec("for i in $(seq 300); do [ -s /tmp/held ] && break; sleep 0.1; done; cat /tmp/held").stdout
+        )
+        sock = int(dict(line.split() for line in stat.read_text().splitlines())["sock"])
+        sb.kill_all()
+    assert queued > 8 << 20, queued  # control: the probe did queue buffers
+    assert sock >= queued // 2, f"{sock} bytes charged as sock for {queued} queued"
+
+
 def test_a_sandbox_whose_socket_memory_cannot_be_bounded_does_not_start(tmp_path):
     (tmp_path / "memory.kmem.tcp.limit_in_bytes").mkdir()  # a knob that cannot be written
     with pytest.raises(socket_memory.MemoryNotEnforceable, match="cannot bound socket memory"):
