@@ -270,6 +270,21 @@ def test_a_snapshot_past_its_cap_is_a_file_error_and_the_cap_holds_on_restore(ta
     assert target.exec("sha256sum -c /tmp/sum").exit_code == 0
 
 
+def test_the_snapshot_writer_holds_at_most_one_chunk_and_stops_at_its_cap():
+    """What bounds the agent's memory: every chunk it sends is at most ``chunk`` bytes, and past the cap it stops."""
+    from sandbox.agent.files import ChunkWriter, FileOpError
+
+    sent: list[bytes] = []
+    writer = ChunkWriter(sent.append, chunk=1000, limit=10_000)
+    for _ in range(9):
+        writer.write(b"x" * 999)
+    writer.flush()
+    assert max(map(len, sent)) <= 1000 and b"".join(sent) == b"x" * 8991  # control: all of it arrives
+    with pytest.raises(FileOpError, match=r"max_bytes=10000 \(12987 bytes reached\)"):
+        writer.write(b"x" * 3996)
+    assert sum(map(len, sent)) == 8991  # nothing past the cap was sent
+
+
 def test_privilege_escalation_probes_see_success_when_it_is_real(hostile):
     """Controls for test_adversarial's privilege-escalation probes: they exit 0 where the effect is allowed."""
     if os.geteuid() == 0:  # root on the host: the setuid probe does become uid 0 there
