@@ -39,13 +39,13 @@ from rl.learning.advantages import ESTIMATORS
 from rl.learning.learner_config import RAW_LOGPROB_TEMPERATURE, LearnerConfig
 from rl.learning.losses import PACKABLE_AGGREGATIONS, PolicyLossConfig
 from rl.learning.preference import PreferenceConfig
-from rl.learning.sft import is_sft_source, sft_sources
 from rl.models import ModelConfig, get_model_config
 from rl.models.lora import LoRAConfig
 from rl.models.sharding import MESH_AXES, resolve_mesh_shape
 from rl.phases.learned_reward import LearnedRewardSettings, parse_learned_reward
 from rl.phases.preference import MINED, PreferenceSettings
 from rl.phases.reward_model import RewardModelSettings, parse_reward_model
+from rl.phases.sft_data import is_sft_source, sft_sources
 from rl.rollout.lockstep import RolloutConfig
 from rl.rollout.task_stream import TaskCatalog
 

@@ -53,7 +53,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rl.learning.batch import TrainBatch
 from rl.learning.learner_config import SPLITTABLE_AGGREGATIONS, LearnerConfig
-from rl.learning.train_step import build_train_step, forward_logprobs
+from rl.learning.train_step import build_train_step
 from rl.learning.trained_state import TrainedState
 from rl.models.lora import LoRAParam, has_lora
 from rl.models.sharding import DEFAULT_RULES, Rules, host_to_sharded, logical_to_spec
@@ -129,40 +129,6 @@ class Learner(TrainedState):
         with a KL penalty, ``kl_ref``; for SFT ``sft_nll``.
         """
         return self._update(self.config.objective, batch)
-
-    def sft_step(self, batch: TrainBatch) -> dict[str, float]:
-        """One optimizer step of masked cross-entropy on ``batch.loss_mask`` (warm start before RL).
-
-        Shares the optimizer state, schedule and step counter with :meth:`train_step`;
-        ``old_logprobs`` and ``advantages`` are ignored.
-        """
-        return self._update("sft", batch)
-
-    def logprobs(self, batch: TrainBatch) -> np.ndarray:
-        """Current policy's log-prob ``[B, T]`` of each token as a target (at ``config.temperature``).
-
-        Aligned like ``TrainBatch.old_logprobs``: column ``t`` is the log-prob of ``tokens[:, t]``
-        given ``tokens[:, :t]``; column 0 and padding are 0.
-        """
-        c = self.config
-        key = ("logprobs", self._graphdef, c.trainable, c.temperature, c.logits_chunk_mib, self.mesh, self.rules)
-        if key not in _PROGRAMS:
-            graphdef, temp, chunk = self._graphdef, c.temperature, c.logits_chunk_mib
-
-            def run(params, rest, tokens, input_mask, positions, segment_ids):
-                logp = forward_logprobs(
-                    graphdef, params, rest, tokens, input_mask, temp, positions, segment_ids, chunk
-                )[0]
-                return jnp.where(input_mask, logp, 0.0)
-
-            table = self._batch_shardings()[0]
-            shardings = (self._param_shardings, self._rest_shardings, table, table, table, table)
-            _PROGRAMS[key] = jax.jit(run, in_shardings=shardings, out_shardings=self._replicated)
-        placed = self._place_batch(batch, multiple=self.batch_parallelism)
-        params, rest = self._params(), nnx.state(self.model, nnx.Not(self._trainable))
-        with jax.set_mesh(self.mesh):
-            out = _PROGRAMS[key](params, rest, placed.tokens, placed.input_mask, placed.positions, placed.segment_ids)
-        return np.asarray(jax.device_get(out))
 
     # -- the reference policy is part of the state -----------------------------------------------
     def _extra_state(self) -> dict[str, Any]:

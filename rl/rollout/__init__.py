@@ -11,5 +11,9 @@
   - :mod:`rl.rollout.episodes`: a rollout's episodes into advantages, a training batch and metrics.
   - :mod:`rl.rollout.trajectory`: episodes and their on-disk format (no JAX: :mod:`rl.results` reads it).
 
+The lock-step rollout stays a user option (``rollout.engine=False``): it is the plain reference the
+engine rollout is checked against and the simplest path to read; a run builds its ``Sampler`` only
+when it takes that path, so the default engine run holds no idle sampler.
+
 Modules are imported explicitly and this file imports none of them.
 """

@@ -309,8 +309,10 @@ class EngineRollout(Rollout):
         else:
             params, seed = self._turn_request(ep.record, batch.temperature)
             new = ep.record.token_ids[ep.known :]
-            ep.known = len(ep.record.token_ids)
             self.engine.add((batch.id, n), new, params, seed, weights=batch.weights)
+            # Only once the engine holds the tokens: if add raised, a first turn's sequence is unknown to the
+            # engine and _fail must not release it (a KeyError there would hide add's error, issue 25).
+            ep.known = len(ep.record.token_ids)
 
     def _end(self, batch: _Batch, n: int, ep: _Live) -> None:
         ep.done = True

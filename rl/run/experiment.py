@@ -1,7 +1,7 @@
 """The live parts of a run, built from its :class:`~rl.config.settings.Settings`.
 
-:func:`build` turns checked settings into mesh, model, tokenizer, sampler,
-sandbox pool, environments, rollout and checkpointer; :mod:`rl.run.trainer`
+:func:`build` turns checked settings into mesh, model, tokenizer,
+sandbox pool, environments, rollout (with its decode engine or sampler) and checkpointer; :mod:`rl.run.trainer`
 trains with them and :mod:`rl.phases.evaluation` evaluates with them. A notebook
 can call it too.
 
@@ -130,7 +130,6 @@ class Experiment:
     mesh: jax.sharding.Mesh
     model: Transformer
     tokenizer: Tokenizer
-    sampler: Sampler
     pool: WarmPool | RayFleet
     scheduler: Scheduler
     rollout: Rollout | SplitRollout
@@ -227,7 +226,6 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
         sample_model = make_model(settings.model, settings.seed, sample_mesh)
         replica = LocalReplica(model, sample_model)
     judge = install_judge(settings, sample_mesh)  # before any environment: the 'learned' verifier parts use it
-    sampler = Sampler(sample_model, tokenizer, sample_mesh, SamplerConfig(batch_buckets=SAMPLER_BATCH_BUCKETS))
     pool = make_pool(settings)
     scheduler = Scheduler(pool, log_interval_s=None)
     try:
@@ -243,7 +241,8 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
             rollout = EngineRollout(
                 engine, tokenizer, settings.rollout, EnvCache(factory), scheduler, lender, seed=settings.seed
             )
-        else:
+        else:  # only the lock-step rollout samples with the Sampler: the engine path builds none
+            sampler = Sampler(sample_model, tokenizer, sample_mesh, SamplerConfig(batch_buckets=SAMPLER_BATCH_BUCKETS))
             rollout = Rollout(sampler, tokenizer, settings.rollout, EnvCache(factory), seed=settings.seed)
         if replica is not None:
             rollout = SplitRollout(rollout, group, replica)
@@ -263,7 +262,6 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
         mesh=mesh,
         model=model,
         tokenizer=tokenizer,
-        sampler=sampler,
         pool=pool,
         scheduler=scheduler,
         rollout=rollout,

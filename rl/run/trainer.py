@@ -24,12 +24,13 @@ from tqdm.auto import tqdm
 from envs import Task
 from rl.learning.batch import pack
 from rl.learning.learner import Learner
-from rl.learning.sft import SFTData, load_sft_data
+from rl.learning.sft import SFTData
 from rl.phases.evaluation import Evaluator, held_out_tasks
 from rl.phases.learned_reward import judge_metrics
 from rl.phases.preference import PreferencePhase
 from rl.phases.reward_model import RewardModelPhase
 from rl.phases.sft_check import SFTCheck, annealing, check_tasks
+from rl.phases.sft_data import load_sft_data
 from rl.rollout import trajectory
 from rl.rollout.episodes import assign_advantages, rollout_metrics, train_batch
 from rl.rollout.lockstep import RolloutResult

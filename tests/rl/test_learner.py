@@ -23,6 +23,7 @@ from rl.learning.losses import AGGREGATIONS, PolicyLossConfig
 from rl.learning.train_step import lr_schedule, microbatch_shares
 from rl.models import Transformer, get_model_config, sharding
 from rl.run.checkpoint import Checkpointer
+from tests.rl.learner_probe import logprobs, sft_step
 
 B, T, PROMPT = 8, 64, 8
 MODEL = get_model_config("tiny")
@@ -80,7 +81,7 @@ def batch(learner, init_state):
     """On-policy: ``old_logprobs`` are the initial policy's log-probs of the sampled tokens."""
     learner.load_state(init_state)
     raw = _make_batch()
-    return raw.replace(old_logprobs=learner.logprobs(raw) * raw.loss_mask)
+    return raw.replace(old_logprobs=logprobs(learner, raw) * raw.loss_mask)
 
 
 def _run(learner, state, batches):
@@ -96,13 +97,13 @@ def _assert_trees_close(a, b, atol):
 
 def test_positive_advantages_raise_logprob_negative_lower_it(learner, init_state, batch, caplog):
     learner.load_state(init_state)
-    before = (learner.logprobs(batch) * batch.loss_mask).sum(1)
+    before = (logprobs(learner, batch) * batch.loss_mask).sum(1)
     learner.train_step(batch)
     with jax.log_compiles(), caplog.at_level("WARNING", logger="jax"):
         for _ in range(2):
             metrics = learner.train_step(batch)
     assert not [r for r in caplog.messages if "Compiling jit(step_fn)" in r]  # compiled once per shape
-    after = (learner.logprobs(batch) * batch.loss_mask).sum(1)
+    after = (logprobs(learner, batch) * batch.loss_mask).sum(1)
     assert np.all(after[:4] > before[:4]), (before, after)
     assert np.all(after[4:7] < before[4:7]), (before, after)
     trained = batch.loss_mask[:, 1:] * batch.weights[:, None]
@@ -112,7 +113,7 @@ def test_positive_advantages_raise_logprob_negative_lower_it(learner, init_state
     logits, _ = learner.model(batch.tokens, input_mask=batch.input_mask)
     logp = jax.nn.log_softmax(logits[:, :-1], -1)
     own = np.take_along_axis(np.asarray(logp), batch.tokens[:, 1:, None], -1)[..., 0] * batch.input_mask[:, 1:]
-    np.testing.assert_allclose(own, learner.logprobs(batch)[:, 1:], atol=1e-5)
+    np.testing.assert_allclose(own, logprobs(learner, batch)[:, 1:], atol=1e-5)
 
 
 def test_first_on_policy_step_has_unit_ratio_and_no_clipping(learner, init_state, batch):
@@ -206,10 +207,10 @@ def test_sft_steps_reduce_masked_nll(learner, init_state, batch):
     mask = batch.loss_mask * batch.weights[:, None]
 
     def nll() -> float:
-        return float(-(learner.logprobs(batch) * mask).sum() / mask.sum())
+        return float(-(logprobs(learner, batch) * mask).sum() / mask.sum())
 
     start = nll()
-    losses = [learner.sft_step(batch)["train/sft_nll"] for _ in range(5)]
+    losses = [sft_step(learner, batch)["train/sft_nll"] for _ in range(5)]
     assert losses[0] == pytest.approx(start, rel=1e-5)  # the step's loss is the NLL before it
     assert all(b < a for a, b in itertools.pairwise(losses)), losses
     assert nll() < start - 0.1

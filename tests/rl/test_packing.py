@@ -11,6 +11,7 @@ from rl.learning.batch import pack
 from rl.learning.learner import Learner, LearnerConfig
 from rl.learning.losses import PolicyLossConfig
 from rl.models import Transformer, get_model_config, sharding
+from tests.rl.learner_probe import logprobs
 
 MODEL = get_model_config("tiny", num_layers=1)
 
@@ -58,7 +59,7 @@ def test_packed_logprobs_and_update_equal_unpacked(learner):
     flat = pack(seqs, masks, old, adv, **kw)
     packed = pack(seqs, masks, old, adv, pack_sequences=True, **kw)
     state = jax.tree.map(np.asarray, learner.state())
-    lp_flat, lp_packed = learner.logprobs(flat), learner.logprobs(packed)
+    lp_flat, lp_packed = logprobs(learner, flat), logprobs(learner, packed)
     for r, s in enumerate(seqs):
         row, k = next(
             (row, k)

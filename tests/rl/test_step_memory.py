@@ -20,6 +20,7 @@ from rl.learning.reward_model import RewardModel
 from rl.models import Transformer, get_model_config, sharding
 from rl.models.projection import project
 from rl.models.transformer import KVCache
+from tests.rl.learner_probe import logprobs
 from tests.rl.test_lm_head import _batch as lm_head_batch
 from tests.rl.test_lm_head import _model as lm_head_model
 
@@ -106,7 +107,7 @@ def test_a_rematerialised_step_trains_like_the_plain_one(case, single_mesh):
         positions[0, 16:] -= 16
         batch = batch.replace(segment_ids=segments, positions=positions)
     plain = Learner(_model(lora, dropout, dtype), single_mesh, config)
-    batch = batch.replace(old_logprobs=plain.logprobs(batch) * batch.loss_mask)  # on-policy
+    batch = batch.replace(old_logprobs=logprobs(plain, batch) * batch.loss_mask)  # on-policy
     mesh = sharding.make_mesh({"data": 2, "fsdp": 2, "tensor": 2}) if case.endswith("sharded") else single_mesh
     remat = Learner(_model(lora, dropout, dtype), mesh, dataclasses.replace(config, remat=True))
 
