@@ -153,8 +153,8 @@ def _minmax(nm: dict[str, str], pair: tuple[str, str]) -> str:
 
 
 def _andor(nm: dict[str, str], pair: tuple[str, str]) -> str:
-    f, x, lo, hi, eq = nm["f"], nm["a"], nm["k"], nm["k2"], nm["c"]
-    return f"def {f}({x}):\n    return {x} > {lo} {pair[0]} {x} < {hi} {pair[1]} {x} == {eq}\n"
+    f, x, y, lo, hi = nm["f"], nm["a"], nm["b"], nm["k"], nm["k2"]
+    return f"def {f}({x}, {y}):\n    return {x} > {lo} {pair[0]} {y} < {hi} {pair[1]} {x} == {y}\n"
 
 
 def _swapped(nm: dict[str, str], order: tuple[int, ...]) -> str:
@@ -167,10 +167,10 @@ def _swapped(nm: dict[str, str], order: tuple[int, ...]) -> str:
     )
 
 
-def _pair_often_equal(r: random.Random) -> tuple[int, int]:
-    """Two ints, equal four times in ten: ``<`` and ``<=`` differ only there."""
-    a = r.randint(0, 9)
-    return a, a if r.random() < 0.4 else r.randint(0, 9)
+def _pair_often_equal(r: random.Random, hi: int = 9) -> tuple[int, int]:
+    """Two ints in ``0..hi``, equal four times in ten: ``<`` and ``<=`` (or ``x == y``) differ only there."""
+    a = r.randint(0, hi)
+    return a, a if r.random() < 0.4 else r.randint(0, hi)
 
 
 def _ints(count: int, lo: int = -3, hi: int = 9) -> Callable[[random.Random], tuple[int, ...]]:
@@ -185,7 +185,7 @@ TEMPLATES = (
     Template("constant_sign", _linear_const, _ints(2)),
     Template("constant_sign", _two_step_const, _ints(1)),
     Template("min_max", _minmax, lambda r: (r.randint(-5, 15), r.randint(-5, 4), r.randint(5, 12))),
-    Template("and_or", _andor, _ints(1, -2, 14)),
+    Template("and_or", _andor, lambda r: _pair_often_equal(r, 14)),
     Template("swapped_args", _swapped, _ints(2, -4, 9)),
 )
 

@@ -18,6 +18,7 @@ tells the fixes apart and the hidden tests agree with it.
 from __future__ import annotations
 
 import random
+import shlex
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,29 +32,28 @@ DEFAULT_COUNT = {"train": 2000, "eval": 100}
 VISIBLE_CASES = 3
 HIDDEN_CASES = 5
 CHECK_PATH = "tests/check.py"
-TEST_COMMAND = f"python3 -B {CHECK_PATH}"
 MAX_DRAWS = 200  # a seed that finds no sound draw within this many is a bug of the generator
 
-# The visible check. ``report`` below prints the same text without a sandbox (the demonstrations
-# need the tool output): a test compares the two on generated tasks.
-CHECK_SOURCE = """import sys
-sys.path.insert(0, "/workspace")
-from {module} import {function}
-
-CASES = [
-{cases}]
+# The visible check is data (``tests/check.py``: the import and the cases); the runner is the test
+# command, so it is not in the workspace, where every task would share its text. ``report`` below
+# prints what it prints without a sandbox (the demonstrations need the tool output): a test
+# compares the two on generated tasks.
+RUNNER = """import sys
+sys.path[:0] = ["/workspace", "/workspace/tests"]
+import check
 bad = 0
-for expr, want in CASES:
+for expr, want in check.CASES:
     try:
-        got = repr(eval(expr))
+        got = repr(eval(expr, vars(check)))
     except Exception as exc:
         got = type(exc).__name__
     if got != repr(want):
         bad += 1
-        print(f"FAIL {{expr}} == {{want!r}}, got {{got}}")
-print(f"{{len(CASES) - bad}} passed, {{bad}} failed")
+        print(f"FAIL {expr} == {want!r}, got {got}")
+print(f"{len(check.CASES) - bad} passed, {bad} failed")
 sys.exit(1 if bad else 0)
 """
+TEST_COMMAND = f"python3 -B -c {shlex.quote(RUNNER)}"
 
 
 def evaluate(source: str, calls: Sequence[str]) -> list[str]:
@@ -188,7 +188,7 @@ def _node_ids(module: str, count: int, only: Sequence[int] | None = None) -> lis
 def check_source(module: str, function: str, cases: Sequence[tuple[str, Any]]) -> str:
     """``tests/check.py`` for ``cases`` (call text, expected value)."""
     lines = "".join(f"    ({expr!r}, {want!r}),\n" for expr, want in cases)
-    return CHECK_SOURCE.format(module=module, function=function, cases=lines)
+    return f"from {module} import {function}\n\nCASES = [\n{lines}]\n"
 
 
 def hidden_tests(module: str, function: str, cases: Sequence[tuple[str, Any]]) -> str:
