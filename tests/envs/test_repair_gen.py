@@ -110,15 +110,19 @@ def test_gold_episode_with_a_retry_scores_one_through_the_public_api(bwrap_pool)
 def test_demonstrations_show_what_the_tools_print_and_score_as_designed(bwrap_pool):
     env = make_env(ENV_ID, bwrap_pool)
     rng, results = random.Random(3), []
-    for task in generate_split("train", 8):
-        conversation, right = demos.demonstration(task, rng)
+    for i, task in enumerate(generate_split("train", 10)):
+        conversation, right = demos.demonstration(task, rng, retry=i >= 8)  # the last two check and retry
         replies = [m["content"] for m in conversation if m["role"] == "assistant"]
         shown = [m["content"] for m in conversation if m["role"] == "tool"]
-        assert [parse_tool_calls(r).calls[0].name for r in replies] == ["run_tests", "read_file", "replace", "submit"]
+        names = [parse_tool_calls(r).calls[0].name for r in replies]
         outputs, verification = _play(env, task, replies)
-        assert outputs[:3] == shown  # the warm start sees what rollouts will show
+        assert outputs[: len(shown)] == shown  # the warm start sees what rollouts will show
         assert verification["reward"] == float(right) and not verification["anomaly"]
-        results.append(right)
+        if i < 8:
+            assert names == ["run_tests", "read_file", "replace", "submit"]  # blind: never checks after the edit
+            results.append(right)
+        else:
+            assert right and names[-2:] == ["run_tests", "submit"] and shown[-1].endswith("[exit code: 0]")
     env.close()
     assert True in results and False in results  # the control: both outcomes occur, so the check can see each
 
