@@ -85,8 +85,8 @@ def _play(env, task, replies):
     return outputs, info["verification"]
 
 
-def test_gold_episode_with_a_retry_scores_one_through_the_public_api(bwrap_pool):
-    env = make_env(ENV_ID, bwrap_pool)
+def test_gold_episode_with_a_retry_scores_one_through_the_public_api(pool):
+    env = make_env(ENV_ID, pool)  # both backends: bwrap and Docker
     task = generate_split("eval", 1)[0]
     edit, path = task.gold["edit"], task.gold["edit"]["path"]
     wrong = next(m["edit"]["new"] for m in task.gold["near_misses"])

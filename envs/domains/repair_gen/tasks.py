@@ -72,7 +72,7 @@ def evaluate(source: str, calls: Sequence[str]) -> list[str]:
 
 
 def report(source: str, cases: Sequence[tuple[str, Any]]) -> tuple[str, int]:
-    """The visible check's stdout and exit code on ``source``, as ``tests/check.py`` prints them."""
+    """What ``run_tests`` (:data:`RUNNER` over ``tests/check.py``) prints on ``source``, and its exit code."""
     got = evaluate(source, [expr for expr, _ in cases])
     lines = [f"FAIL {cases[i][0]} == {cases[i][1]!r}, got {got[i]}" for i in failing(source, cases, got)]
     bad = len(lines)
