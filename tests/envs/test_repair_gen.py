@@ -47,6 +47,8 @@ def test_train_and_held_out_seeds_are_disjoint_and_do_not_leak():
     assert {t.metadata["seed"] for t in train}.isdisjoint(t.metadata["seed"] for t in held_out)
     assert {t.split for t in train} == {"train"} and {t.split for t in held_out} == {"eval"}
     assert find_split_leaks(train + held_out) == []
+    seen = {t.files[t.gold["edit"]["path"]] for t in train}
+    assert not [t.id for t in held_out if t.files[t.gold["edit"]["path"]] in seen]  # no module is in both
     with pytest.raises(TaskError, match="outside the split"):
         generate_split("eval", 2, start=SPLIT_SIZE - 1)
     with pytest.raises(TaskError, match="unknown split 'test'"):
@@ -62,6 +64,16 @@ def test_every_task_has_one_bad_line_and_its_plausible_fixes_are_the_near_misses
         assert sorted(m["edit"]["new"] for m in task.gold["near_misses"]) == sorted(set(fixes) - {edit["new"]})
         assert set(task.hidden["fail_to_pass"]) <= set(task.hidden["manifest"]) and task.hidden["fail_to_pass"]
         assert "def " not in task.prompt and edit["old"].strip() not in task.prompt  # the prompt hides the bug
+
+
+def test_the_correct_fix_is_no_likelier_in_any_place_of_the_plausible_ones():
+    # Were it, a policy that never runs the check could learn the favourite place per family.
+    counts: dict[str, list[int]] = {}
+    for task in generate_split("train", 1200):
+        place = task.metadata["fixes"].index(task.gold["edit"]["new"])
+        counts.setdefault(task.metadata["family"], [0, 0, 0])[place] += 1
+    for family, places in counts.items():
+        assert max(places) <= 0.45 * sum(places), (family, places)  # uniform is 1/3; 200 tasks each
 
 
 @pytest.mark.slow
