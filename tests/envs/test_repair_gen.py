@@ -47,6 +47,8 @@ def test_train_and_held_out_seeds_are_disjoint_and_do_not_leak():
     assert {t.metadata["seed"] for t in train}.isdisjoint(t.metadata["seed"] for t in held_out)
     assert {t.split for t in train} == {"train"} and {t.split for t in held_out} == {"eval"}
     assert find_split_leaks(train + held_out) == []
+    seen = {t.files[t.gold["edit"]["path"]] for t in train}
+    assert not [t.id for t in held_out if t.files[t.gold["edit"]["path"]] in seen]  # no module is in both
     with pytest.raises(TaskError, match="outside the split"):
         generate_split("eval", 2, start=SPLIT_SIZE - 1)
     with pytest.raises(TaskError, match="unknown split 'test'"):
@@ -62,6 +64,16 @@ def test_every_task_has_one_bad_line_and_its_plausible_fixes_are_the_near_misses
         assert sorted(m["edit"]["new"] for m in task.gold["near_misses"]) == sorted(set(fixes) - {edit["new"]})
         assert set(task.hidden["fail_to_pass"]) <= set(task.hidden["manifest"]) and task.hidden["fail_to_pass"]
         assert "def " not in task.prompt and edit["old"].strip() not in task.prompt  # the prompt hides the bug
+
+
+def test_the_correct_fix_is_no_likelier_in_any_place_of_the_plausible_ones():
+    # Were it, a policy that never runs the check could learn the favourite place per family.
+    counts: dict[str, list[int]] = {}
+    for task in generate_split("train", 1200):
+        place = task.metadata["fixes"].index(task.gold["edit"]["new"])
+        counts.setdefault(task.metadata["family"], [0, 0, 0])[place] += 1
+    for family, places in counts.items():
+        assert max(places) <= 0.45 * sum(places), (family, places)  # uniform is 1/3; 200 tasks each
 
 
 @pytest.mark.slow
@@ -85,8 +97,8 @@ def _play(env, task, replies):
     return outputs, info["verification"]
 
 
-def test_gold_episode_with_a_retry_scores_one_through_the_public_api(bwrap_pool):
-    env = make_env(ENV_ID, bwrap_pool)
+def test_gold_episode_with_a_retry_scores_one_through_the_public_api(pool):
+    env = make_env(ENV_ID, pool)  # both backends: bwrap and Docker
     task = generate_split("eval", 1)[0]
     edit, path = task.gold["edit"], task.gold["edit"]["path"]
     wrong = next(m["edit"]["new"] for m in task.gold["near_misses"])
@@ -110,15 +122,19 @@ def test_gold_episode_with_a_retry_scores_one_through_the_public_api(bwrap_pool)
 def test_demonstrations_show_what_the_tools_print_and_score_as_designed(bwrap_pool):
     env = make_env(ENV_ID, bwrap_pool)
     rng, results = random.Random(3), []
-    for task in generate_split("train", 8):
-        conversation, right = demos.demonstration(task, rng)
+    for i, task in enumerate(generate_split("train", 10)):
+        conversation, right = demos.demonstration(task, rng, retry=i >= 8)  # the last two check and retry
         replies = [m["content"] for m in conversation if m["role"] == "assistant"]
         shown = [m["content"] for m in conversation if m["role"] == "tool"]
-        assert [parse_tool_calls(r).calls[0].name for r in replies] == ["run_tests", "read_file", "replace", "submit"]
+        names = [parse_tool_calls(r).calls[0].name for r in replies]
         outputs, verification = _play(env, task, replies)
-        assert outputs[:3] == shown  # the warm start sees what rollouts will show
+        assert outputs[: len(shown)] == shown  # the warm start sees what rollouts will show
         assert verification["reward"] == float(right) and not verification["anomaly"]
-        results.append(right)
+        if i < 8:
+            assert names == ["run_tests", "read_file", "replace", "submit"]  # blind: never checks after the edit
+            results.append(right)
+        else:
+            assert right and names[-2:] == ["run_tests", "submit"] and shown[-1].endswith("[exit code: 0]")
     env.close()
     assert True in results and False in results  # the control: both outcomes occur, so the check can see each
 

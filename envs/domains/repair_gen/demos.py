@@ -12,6 +12,9 @@ file as ``read_file`` returns it, ``replace``'s line), so the warm start sees wh
 
     from envs.demonstrations import demonstrations
     conversations = demonstrations("repair_gen", {"num_tasks": 2000, "seed": 0})
+
+``retry_fraction`` (default 0) makes that share of them check after each edit and retry until the
+check passes: the control run that shows the ceiling is the demonstrations', not the model's.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from envs.tasks import Task
 from envs.tools import DEFAULT_MAX_OUTPUT_CHARS, format_process, truncate_middle
 from sandbox import ExecResult
 
-OPTIONS = {"num_tasks": 2000, "seed": 0}
+OPTIONS = {"num_tasks": 2000, "seed": 0, "retry_fraction": 0.0}
 
 
 def run_tests_output(task: Task, source: str) -> str:
@@ -37,34 +40,58 @@ def run_tests_output(task: Task, source: str) -> str:
     return format_process(ExecResult(code, stdout.encode(), b""), DEFAULT_MAX_OUTPUT_CHARS, 0.0)
 
 
-def demonstration(task: Task, rng: random.Random) -> tuple[Conversation, bool]:
-    """One blind-fix conversation for ``task``, and whether its fix is the right one."""
-    path, old = task.gold["edit"]["path"], task.gold["edit"]["old"]
+def demonstration(task: Task, rng: random.Random, *, retry: bool = False) -> tuple[Conversation, bool]:
+    """One conversation for ``task`` and whether it ends on the right fix.
+
+    Blind (the default): one plausible fix drawn at random, then ``submit`` unchecked. With
+    ``retry``: the plausible fixes in a random order, each checked with ``run_tests``, until the
+    check passes (the episode reinforcement learning is meant to find; always right).
+    """
+    edit = task.gold["edit"]
+    path, old = edit["path"], edit["old"]
     source = task.files[path]
-    new = rng.choice(task.metadata["fixes"])
     line = source[: source.index(old)].count("\n") + 1
-    env = RepairGenEnv
     conversation = [
-        {"role": "system", "content": env.system_prompt},
+        {"role": "system", "content": RepairGenEnv.system_prompt},
         {"role": "user", "content": task.prompt},
-        {"role": "assistant", "content": format_tool_call("run_tests")},
-        {"role": "tool", "name": "run_tests", "content": run_tests_output(task, source)},
-        {"role": "assistant", "content": format_tool_call("read_file", {"path": path})},
-        {"role": "tool", "name": "read_file", "content": truncate_middle(source, DEFAULT_MAX_OUTPUT_CHARS)},
-        {"role": "assistant", "content": format_tool_call("replace", {"path": path, "old": old, "new": new})},
-        {"role": "tool", "name": "replace", "content": replaced_message(path, line)},
-        {"role": "assistant", "content": format_tool_call("submit")},
     ]
-    return conversation, new == task.gold["edit"]["new"]
+
+    def call(name: str, arguments: dict[str, Any], output: str) -> None:
+        conversation.append({"role": "assistant", "content": format_tool_call(name, arguments)})
+        conversation.append({"role": "tool", "name": name, "content": output})
+
+    call("run_tests", {}, run_tests_output(task, source))
+    call("read_file", {"path": path}, truncate_middle(source, DEFAULT_MAX_OUTPUT_CHARS))
+    fixes = (
+        rng.sample(task.metadata["fixes"], len(task.metadata["fixes"]))
+        if retry
+        else [rng.choice(task.metadata["fixes"])]
+    )
+    current = old
+    for new in fixes:
+        call("replace", {"path": path, "old": current, "new": new}, replaced_message(path, line))
+        current = new
+        if retry:
+            call("run_tests", {}, run_tests_output(task, source.replace(old, new, 1)))
+            if new == edit["new"]:
+                break
+    conversation.append({"role": "assistant", "content": format_tool_call("submit")})
+    return conversation, current == edit["new"]
 
 
-def demonstrations(tasks: list[Task], *, seed: int = 0) -> list[Conversation]:
-    """A blind-fix conversation per task (:func:`demonstration`), the fix drawn from ``seed``."""
+def demonstrations(tasks: list[Task], *, seed: int = 0, retry_fraction: float = 0.0) -> list[Conversation]:
+    """A conversation per task (:func:`demonstration`): ``retry_fraction`` of them check and retry.
+
+    The default (0) is the designed warm start; a higher fraction is the control that shows what
+    imitation reaches when the demonstrations do verify."""
+    if not 0.0 <= retry_fraction <= 1.0:
+        raise ValueError(f"demonstrations(retry_fraction=): expected a fraction in [0, 1], got {retry_fraction!r}")
     rng = random.Random(f"{NAME}/demos/{seed}")
-    return [demonstration(task, rng)[0] for task in tasks]
+    return [demonstration(task, rng, retry=rng.random() < retry_fraction)[0] for task in tasks]
 
 
 @register_demonstrations(NAME, OPTIONS)
 def repair_gen_demonstrations(opts: Mapping[str, Any]) -> list[Conversation]:
-    """``num_tasks`` training tasks (default 2000) as :func:`demonstrations` (``seed``)."""
-    return demonstrations(generate_split("train", int(opts["num_tasks"])), seed=int(opts["seed"]))
+    """``num_tasks`` training tasks (default 2000) as :func:`demonstrations` (``seed``, ``retry_fraction``)."""
+    tasks = generate_split("train", int(opts["num_tasks"]))
+    return demonstrations(tasks, seed=int(opts["seed"]), retry_fraction=float(opts["retry_fraction"]))

@@ -96,11 +96,11 @@ FAMILIES = {
 
 @dataclasses.dataclass(frozen=True)
 class Template:
-    """A module with one bug site: ``source(names, variant)`` and inputs for its entry point."""
+    """A module with one bug site: ``source(names, variant)``, and ``inputs(rng, names)`` for its entry point."""
 
     family: str
     source: Callable[[dict[str, str], Any], str]
-    inputs: Callable[[random.Random], tuple[Any, ...]]
+    inputs: Callable[[random.Random, dict[str, str]], tuple[Any, ...]]
 
 
 def _small_list(r: random.Random, lo: int = 0, hi: int = 6) -> list[int]:
@@ -129,12 +129,11 @@ def _sum_range(nm: dict[str, str], rng: str) -> str:
 
 
 def _list_range(nm: dict[str, str], rng: str) -> str:
-    f, xs, i, acc, k = nm["f"], nm["xs"], nm["b"], nm["acc"], nm["k"]
-    bound = rng.format(n=f"len({xs})")
-    return (
-        f"def {f}({xs}):\n    {acc} = []\n    for {i} in {bound}:\n"
-        f"        {acc}.append({xs}[{i}] * {k})\n    return {acc}\n"
-    )
+    # Over a number, not a list's indices: a bound past the end would raise, and a fix that
+    # always raises is not a plausible one.
+    f, n, i, acc, k, c = nm["f"], nm["a"], nm["b"], nm["acc"], nm["k"], nm["c"]
+    bound = rng.format(n=n)
+    return f"def {f}({n}):\n    {acc} = []\n    for {i} in {bound}:\n        {acc}.append({i} * {k} - {c})\n    return {acc}\n"
 
 
 def _linear_const(nm: dict[str, str], s: str) -> str:
@@ -153,8 +152,8 @@ def _minmax(nm: dict[str, str], pair: tuple[str, str]) -> str:
 
 
 def _andor(nm: dict[str, str], pair: tuple[str, str]) -> str:
-    f, x, y, lo, hi = nm["f"], nm["a"], nm["b"], nm["k"], nm["k2"]
-    return f"def {f}({x}, {y}):\n    return {x} > {lo} {pair[0]} {y} < {hi} {pair[1]} {x} == {y}\n"
+    f, x, y, z, lo, hi = nm["f"], nm["a"], nm["b"], nm["c_name"], nm["k"], nm["k2"]
+    return f"def {f}({x}, {y}, {z}):\n    return {x} > {lo} {pair[0]} {y} < {hi} {pair[1]} {z} % 2 == 0\n"
 
 
 def _swapped(nm: dict[str, str], order: tuple[int, ...]) -> str:
@@ -167,25 +166,36 @@ def _swapped(nm: dict[str, str], order: tuple[int, ...]) -> str:
     )
 
 
-def _pair_often_equal(r: random.Random, hi: int = 9) -> tuple[int, int]:
+def _pair_often_equal(r: random.Random, nm: dict[str, str], hi: int = 9) -> tuple[int, int]:
     """Two ints in ``0..hi``, equal four times in ten: ``<`` and ``<=`` (or ``x == y``) differ only there."""
     a = r.randint(0, hi)
     return a, a if r.random() < 0.4 else r.randint(0, hi)
 
 
-def _ints(count: int, lo: int = -3, hi: int = 9) -> Callable[[random.Random], tuple[int, ...]]:
-    return lambda r: tuple(r.randint(lo, hi) for _ in range(count))
+def _andor_inputs(r: random.Random, nm: dict[str, str]) -> tuple[int, int, int]:
+    """``(x, y, z)`` for :func:`_andor`, each of its three conditions true or false by a coin.
+
+    Two of the four ``and``/``or`` pairs differ on only two of the eight truth patterns, so the
+    patterns are drawn uniformly rather than left to where random integers fall."""
+    lo, hi = int(nm["k"]), int(nm["k2"])
+    x = r.randint(lo + 1, lo + 6) if r.random() < 0.5 else r.randint(lo - 5, lo)
+    y = r.randint(hi - 6, hi - 1) if r.random() < 0.5 else r.randint(hi, hi + 5)
+    return x, y, r.randint(0, 9)
+
+
+def _ints(count: int, lo: int = -3, hi: int = 9) -> Callable[[random.Random, dict[str, str]], tuple[int, ...]]:
+    return lambda r, nm: tuple(r.randint(lo, hi) for _ in range(count))
 
 
 TEMPLATES = (
-    Template("comparison", _count_cmp, lambda r: (_small_list(r), r.randint(0, 6))),
+    Template("comparison", _count_cmp, lambda r, nm: (_small_list(r), r.randint(0, 6))),
     Template("comparison", _branch_cmp, _pair_often_equal),
     Template("range_bound", _sum_range, _ints(1, 0, 15)),
-    Template("range_bound", _list_range, lambda r: (_small_list(r, -4, 9),)),
+    Template("range_bound", _list_range, _ints(1, 0, 9)),
     Template("constant_sign", _linear_const, _ints(2)),
     Template("constant_sign", _two_step_const, _ints(1)),
-    Template("min_max", _minmax, lambda r: (r.randint(-5, 15), r.randint(-5, 4), r.randint(5, 12))),
-    Template("and_or", _andor, lambda r: _pair_often_equal(r, 14)),
+    Template("min_max", _minmax, lambda r, nm: (r.randint(-5, 15), r.randint(-5, 4), r.randint(5, 12))),
+    Template("and_or", _andor, _andor_inputs),
     Template("swapped_args", _swapped, _ints(2, -4, 9)),
 )
 

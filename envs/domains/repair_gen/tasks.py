@@ -17,6 +17,7 @@ tells the fixes apart and the hidden tests agree with it.
 
 from __future__ import annotations
 
+import itertools
 import random
 import shlex
 from collections.abc import Sequence
@@ -32,7 +33,7 @@ DEFAULT_COUNT = {"train": 2000, "eval": 100}
 VISIBLE_CASES = 3
 HIDDEN_CASES = 5
 CHECK_PATH = "tests/check.py"
-MAX_DRAWS = 200  # a seed that finds no sound draw within this many is a bug of the generator
+MAX_DRAWS = 100  # of inputs per bug, and of bugs per seed: a seed that exhausts both is a bug of the generator
 
 # The visible check is data (``tests/check.py``: the import and the cases); the runner is the test
 # command, so it is not in the workspace, where every task would share its text. ``report`` below
@@ -60,8 +61,16 @@ def evaluate(source: str, calls: Sequence[str]) -> list[str]:
     """``repr`` of each call's value (or the exception's type name), running ``source`` here.
 
     Only generator-made, trusted code runs here: the sandbox runs what the agent writes."""
+    return _values(_namespace(source), calls)
+
+
+def _namespace(source: str) -> dict[str, Any]:
     namespace: dict[str, Any] = {}
     exec(compile(source, "<generated>", "exec"), namespace)  # noqa: S102 - trusted, generated here
+    return namespace
+
+
+def _values(namespace: dict[str, Any], calls: Sequence[str]) -> list[str]:
     out = []
     for call in calls:
         try:
@@ -72,7 +81,7 @@ def evaluate(source: str, calls: Sequence[str]) -> list[str]:
 
 
 def report(source: str, cases: Sequence[tuple[str, Any]]) -> tuple[str, int]:
-    """The visible check's stdout and exit code on ``source``, as ``tests/check.py`` prints them."""
+    """What ``run_tests`` (:data:`RUNNER` over ``tests/check.py``) prints on ``source``, and its exit code."""
     got = evaluate(source, [expr for expr, _ in cases])
     lines = [f"FAIL {cases[i][0]} == {cases[i][1]!r}, got {got[i]}" for i in failing(source, cases, got)]
     bad = len(lines)
@@ -84,10 +93,10 @@ def _call(function: str, args: tuple[Any, ...]) -> str:
     return f"{function}({', '.join(repr(a) for a in args)})"
 
 
-def _draw_cases(r: random.Random, template: Template, function: str, count: int, taken: set[str]) -> list[str]:
+def _draw_cases(r: random.Random, template: Template, names: dict[str, str], count: int, taken: set[str]) -> list[str]:
     calls: list[str] = []
     for _ in range(count * 20):
-        call = _call(function, template.inputs(r))
+        call = _call(names["f"], template.inputs(r, names))
         if call not in taken:
             taken.add(call)
             calls.append(call)
@@ -107,37 +116,55 @@ def _site_line(buggy: str, fixed: str) -> tuple[str, str]:
 def generate(seed: int, split: str) -> Task:
     """The task of ``seed`` (deterministic): see the module docstring."""
     r = random.Random(f"{NAME}/{seed}")
-    # The family first, uniformly, then a template of it: the draws below are retried within the
-    # template, so families that reject more draws are not rarer.
-    family = r.choice(sorted(FAMILIES))
-    template = r.choice([t for t in TEMPLATES if t.family == family])
+    # The family first, uniformly, then a template of it, names and the bug; only the inputs are
+    # drawn again until they tell the variants apart, so no family, name or bug is made rarer by
+    # how often its inputs fail (a bug no inputs can settle is drawn again).
+    family = FAMILIES[r.choice(sorted(FAMILIES))]
+    template = r.choice([t for t in TEMPLATES if t.family == family.name])
     for _ in range(MAX_DRAWS):
-        task = _draw(r, template, seed, split)
-        if task is not None:
-            return task
+        names = draw_names(r)
+        bug = family.draw(r)
+        source = {v: template.source(names, family.render(v)) for v in [bug, *family.fixes(bug)]}
+        spaces = {v: _namespace(text) for v, text in source.items()}
+        for _ in range(MAX_DRAWS):
+            task = _draw(r, template, names, bug, source, spaces, seed, split)
+            if task is not None:
+                return task
     raise TaskError(f"{NAME}: seed {seed} found no sound task in {MAX_DRAWS} draws")
 
 
-def _draw(r: random.Random, template: Template, seed: int, split: str) -> Task | None:
+def _draw(
+    r: random.Random,
+    template: Template,
+    names: dict[str, str],
+    bug: Any,
+    source: dict[Any, str],
+    spaces: dict[Any, dict[str, Any]],
+    seed: int,
+    split: str,
+) -> Task | None:
+    """The task with these names and this bug on inputs drawn now, or None if they do not tell the variants apart."""
     family = FAMILIES[template.family]
-    names = draw_names(r)
     function = names["f"]
-    bug = family.draw(r)
     fixes = family.fixes(bug)
-    gold = r.choice(fixes)
-    source = {v: template.source(names, family.render(v)) for v in [bug, *fixes]}
-    taken: set[str] = set()
-    calls = _draw_cases(r, template, function, VISIBLE_CASES + HIDDEN_CASES, taken)
+    variants = [bug, *fixes]
+    calls = _draw_cases(r, template, names, VISIBLE_CASES + HIDDEN_CASES, set())
     if len(calls) < VISIBLE_CASES + HIDDEN_CASES:
         return None
-    wants = evaluate(source[gold], calls)
-    if any(not _is_value(w) for w in wants):
-        return None  # the correct code raises on this input: not a case to test
-    cases = [(c, eval(w)) for c, w in zip(calls, wants, strict=True)]  # noqa: S307 - reprs of ints, bools and lists made here
+    values = {v: _values(spaces[v], calls) for v in variants}
+    # Kept or not by a test symmetric in the fixes, and only then the gold drawn: were the test
+    # about the gold, the kept draws would favour some fixes, and a policy that never checks
+    # could learn the favourite (and_or: 3 in 4 once were the first fix).
+    if any(not _is_value(w) for v in fixes for w in values[v]):
+        return None  # a fix raises: it could not be the correct code's expected value
+    split_at = VISIBLE_CASES
+    for u, v in itertools.combinations(variants, 2):
+        differ = [a != b for a, b in zip(values[u], values[v], strict=True)]
+        if not any(differ[:split_at]) or not any(differ[split_at:]):
+            return None  # the check or the hidden tests could not tell u from v
+    gold = r.choice(fixes)
+    cases = [(c, eval(w)) for c, w in zip(calls, values[gold], strict=True)]  # noqa: S307 - reprs made here
     visible, hidden = cases[:VISIBLE_CASES], cases[VISIBLE_CASES:]
-    wrong = [v for v in [bug, *fixes] if v != gold]
-    if not all(failing(source[v], visible) and failing(source[v], hidden) for v in wrong):
-        return None
     module = f"{names['module']}.py"
     old, new = _site_line(source[bug], source[gold])
     misses = []
