@@ -62,9 +62,10 @@ def tool_use_metrics(
     valid = [e for e in episodes if e.anomaly is None]
     if not valid:
         return {}
-    names = [[str(c.get("name", "")) for c in e.tool_calls] for e in valid]
+    # A call with no tool name (malformed) counts as "invalid", as the episode's messages name it.
+    names = [[str(c.get("name") or "invalid") for c in e.tool_calls] for e in valid]
     counts = collections.Counter(name for calls in names for name in calls)
-    out = {f"{prefix}/tool_calls/{name}_mean": n / len(valid) for name, n in sorted(counts.items()) if name}
+    out = {f"{prefix}/tool_calls/{name}_mean": n / len(valid) for name, n in sorted(counts.items())}
     passing = [calls for e, calls in zip(valid, names, strict=True) if e.passed]
     if passing:
         out[f"{prefix}/passing_tool_calls_mean"] = float(np.mean([len(calls) for calls in passing]))

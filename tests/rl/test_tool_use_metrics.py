@@ -30,7 +30,9 @@ def test_counts_by_name_and_the_passing_share_that_rechecked():
         _episode(False, "submit"),
         _episode(True, "run_tests", "replace", "run_tests", anomaly="env_error"),  # not counted at all
     ]
+    episodes[2].tool_calls.append({"name": ""})  # malformed: counted as "invalid"
     out = tool_use_metrics(episodes, "eval_greedy", **WORKFLOW)
+    assert out["eval_greedy/tool_calls/invalid_mean"] == pytest.approx(1 / 3)
     assert out["eval_greedy/tool_calls/run_tests_mean"] == pytest.approx(3 / 3)
     assert out["eval_greedy/tool_calls/replace_mean"] == pytest.approx(2 / 3)
     assert out["eval_greedy/tool_calls/submit_mean"] == pytest.approx(1.0)
