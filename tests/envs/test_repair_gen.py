@@ -94,6 +94,7 @@ def _play(env, task, replies):
         outputs += [call["output"] for call in info.get("tool_calls", [])][-1:]
         if terminated or truncated:
             break
+    outputs.append(info["messages"])  # last: the whole conversation as the environment recorded it
     return outputs, info["verification"]
 
 
@@ -129,6 +130,7 @@ def test_demonstrations_show_what_the_tools_print_and_score_as_designed(bwrap_po
         names = [parse_tool_calls(r).calls[0].name for r in replies]
         outputs, verification = _play(env, task, replies)
         assert outputs[: len(shown)] == shown  # the warm start sees what rollouts will show
+        assert outputs[-1][:-1] == conversation  # all of it, from the first message (the submit reply follows)
         assert verification["reward"] == float(right) and not verification["anomaly"]
         if i < 8:
             assert names == ["run_tests", "read_file", "replace", "submit"]  # blind: never checks after the edit
@@ -142,9 +144,9 @@ def test_demonstrations_show_what_the_tools_print_and_score_as_designed(bwrap_po
 def test_the_demonstrations_are_right_about_a_third_of_the_time():
     conversations = demonstrations("repair_gen", {"num_tasks": 600, "seed": 0})
     tasks = generate_split("train", 600)
-    assert len(conversations) == 600 and all(len(c) == 9 for c in conversations)
+    assert len(conversations) == 600 and all(len(c) == 8 for c in conversations)
     gold = [format_tool_call("replace", dict(t.gold["edit"])) for t in tasks]
-    share = sum(c[6]["content"] == g for c, g in zip(conversations, gold, strict=True)) / len(tasks)
+    share = sum(c[5]["content"] == g for c, g in zip(conversations, gold, strict=True)) / len(tasks)
     assert 0.25 <= share <= 0.42, share  # three plausible fixes each: the SFT ceiling is designed at ~1/3
     with pytest.raises(ValueError, match="unknown option"):
         demonstrations("repair_gen", {"tool_fraction": 0.5})

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from envs.demonstrations import Conversation, register_demonstrations
-from envs.domains.repair_gen.env import RepairGenEnv, replaced_message
+from envs.domains.repair_gen.env import initial_messages, replaced_message
 from envs.domains.repair_gen.tasks import NAME, generate_split, report
 from envs.parsing import format_tool_call
 from envs.tasks import Task
@@ -51,10 +51,7 @@ def demonstration(task: Task, rng: random.Random, *, retry: bool = False) -> tup
     path, old = edit["path"], edit["old"]
     source = task.files[path]
     line = source[: source.index(old)].count("\n") + 1
-    conversation = [
-        {"role": "system", "content": RepairGenEnv.system_prompt},
-        {"role": "user", "content": task.prompt},
-    ]
+    conversation = initial_messages(task)  # what an episode starts from
 
     def call(name: str, arguments: dict[str, Any], output: str) -> None:
         conversation.append({"role": "assistant", "content": format_tool_call(name, arguments)})

@@ -3,7 +3,7 @@
 The subclass of :class:`~envs.domains.repair.env.RepoRepairEnv` keeps what judges (the
 ``hidden_tests`` verifier: hidden tests in a judge process under another uid, the repository
 behind a proxy) and changes only what a policy of a couple of kilobytes of context needs: four
-tools (``run_tests``, ``read_file``, ``replace``, ``submit``), a one-sentence system prompt, and
+tools (``run_tests``, ``read_file``, ``replace``, ``submit``), no system turn, and
 no git repository (the generated files never held the fix, so there is no history to squash,
 and an episode saves the ``git init``/``gc`` it would cost).
 
@@ -46,6 +46,14 @@ def _replace(ctx: ToolContext, arguments: Mapping[str, Any]) -> ToolResult:
     return ToolResult(output=truncate_middle(replaced_message(path, line), ctx.max_output_chars))
 
 
+def initial_messages(task: Task) -> list[dict[str, Any]]:
+    """The conversation an episode starts from: the task's prompt alone, no system turn.
+
+    A system turn would say the same to every episode, and the byte-level model pays for it in
+    context: about 100 tokens, which took a quarter of the verify-and-retry episodes past 1536."""
+    return [{"role": "user", "content": task.prompt}]
+
+
 def replaced_message(path: str, line: int) -> str:
     """What ``replace`` prints on success (the demonstrations print the same)."""
     return f"replaced line {line} of {path}"
@@ -78,9 +86,12 @@ class RepairGenEnv(RepoRepairEnv):
     tool_names = ("run_tests", "read_file", "replace", "submit")
     default_tasks = f"{NAME}:train"
     sandbox_spec = SandboxSpec(memory_mb=512, timeout_s=30.0)
-    system_prompt = "Fix the bug: run_tests, read_file, replace one line, run_tests again, then submit."
+    system_prompt = ""  # no system turn (build_messages)
     min_near_misses = 2
     verifier_roles: ClassVar = dict(RepoRepairEnv.verifier_roles)
+
+    def build_messages(self, task: Task) -> list[dict[str, Any]]:
+        return initial_messages(task)
 
     def setup_sandbox(self, sandbox: Sandbox, task: Task) -> None:
         # The files only: no repository to squash (module docstring).
