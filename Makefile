@@ -3,8 +3,9 @@ PYTHON ?= python
 PIP ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 WORKDIR ?= runs/quickstart
+REPAIR_WORKDIR ?= runs/repair
 
-.PHONY: install install-dev system image quickstart test test-fast lint format bench clean
+.PHONY: install install-dev system image quickstart repair-demo test test-fast lint format bench clean
 
 install:            ## the package and its core stack
 	$(PIP) install -q -e .
@@ -21,6 +22,10 @@ image:
 quickstart: install ## set up and run the main job on the embedded default (no Docker needed)
 	bash scripts/system_setup.sh --no-docker
 	$(PYTHON) -m rl.train --config=configs/quickstart.py --workdir=$(WORKDIR)
+
+repair-demo: install ## the agentic example: a from-scratch model learns to check, edit, re-check (docs/repair_from_scratch.md)
+	bash scripts/system_setup.sh --no-docker
+	$(PYTHON) -m rl.train --config=configs/repair_from_scratch.py --workdir=$(REPAIR_WORKDIR)
 
 test: install-dev system  ## set up everything and run the whole suite
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

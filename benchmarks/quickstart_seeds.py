@@ -3,8 +3,9 @@
     python benchmarks/quickstart_seeds.py                      # seeds 0..4, runs/quickstart_seeds/seed_N
     python benchmarks/quickstart_seeds.py --seeds 0 1 --workdir /tmp/qs -- --config.sft.steps=300
     python benchmarks/quickstart_seeds.py --jobs 5             # all seeds at once: same figures, slower minutes
+    python benchmarks/quickstart_seeds.py --config configs/repair_from_scratch.py --seeds 0 1 2 --workdir runs/repair_seeds
 
-Runs ``python -m rl.train --config=configs/quickstart.py`` once per seed, one after the
+Runs ``python -m rl.train --config=configs/quickstart.py`` (or ``--config``) once per seed, one after the
 other or ``--jobs`` at a time (each in its own process and workdir; flags after ``--`` go to
 every run; a run's figures do not depend on its neighbours, only its minutes do), watches
 each run's ``metrics.jsonl`` as it is written, and prints a markdown table: the SFT loss
@@ -48,11 +49,16 @@ def _read_new(path: Path, seen: int) -> tuple[list[dict[str, Any]], int]:
     return rows, seen + end
 
 
-def run_seed(seed: int, workdir: Path, extra: list[str], poll_s: float = 0.5) -> dict[str, Any]:
-    """One quickstart run; each metrics line is stamped with its arrival time since process start."""
+DEFAULT_CONFIG = "configs/quickstart.py"
+
+
+def run_seed(
+    seed: int, workdir: Path, extra: list[str], poll_s: float = 0.5, config: str = DEFAULT_CONFIG
+) -> dict[str, Any]:
+    """One run of ``config``; each metrics line is stamped with its arrival time since process start."""
     if workdir.exists():
         shutil.rmtree(workdir)
-    cmd = [sys.executable, "-m", "rl.train", "--config=configs/quickstart.py", f"--workdir={workdir}"]
+    cmd = [sys.executable, "-m", "rl.train", f"--config={config}", f"--workdir={workdir}"]
     cmd += [f"--config.seed={seed}", *extra]
     log = workdir.with_name(workdir.name + ".log")
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -122,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         at = argv.index("--")
         argv, extra = argv[:at], argv[at + 1 :]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="the config file every seed runs")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--workdir", default="runs/quickstart_seeds", help="seed N runs in WORKDIR/seed_N")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (minutes then count shared cores)")
@@ -133,7 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     summaries = []
     machine_before = describe_machine()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as workers:
-        futures = [workers.submit(run_seed, seed, base / f"seed_{seed}", extra) for seed in args.seeds]
+        futures = [
+            workers.submit(run_seed, seed, base / f"seed_{seed}", extra, config=args.config) for seed in args.seeds
+        ]
         for seed, future in zip(args.seeds, futures, strict=True):
             run = future.result()
             summaries.append(summarize(run))
@@ -146,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             )
     print()
     jobs = f", {args.jobs} at a time" if args.jobs > 1 else ""
-    print(f"quickstart seeds{' with ' + ' '.join(extra) if extra else ''}{jobs}")
+    print(f"{args.config} seeds{' with ' + ' '.join(extra) if extra else ''}{jobs}")
     print(f"machine at start: {machine_before}")
     print(f"machine at end:   {describe_machine()}")
     print()

@@ -364,10 +364,24 @@ def learned_reward(path: str, *, min_accuracy: float = 0.75, clip: float = 3.0) 
 
 
 def evaluation(
-    pools: dict[str, dict[str, Any]], *, every: int = 10, num_tasks: int = 100, k: int = 4, temperature: float = 1.0
+    pools: dict[str, dict[str, Any]],
+    *,
+    every: int = 10,
+    num_tasks: int = 100,
+    k: int = 4,
+    temperature: float = 1.0,
+    check_tool: str = "",
+    edit_tools: tuple[str, ...] = (),
 ) -> mlc.ConfigDict:
-    """Held-out evaluation: greedy pass rate, and pass@1 / pass@k from ``k`` samples at ``temperature``."""
-    return mlc.ConfigDict({"pools": pools, "every": every, "num_tasks": num_tasks, "k": k, "temperature": temperature})
+    """Held-out evaluation: greedy pass rate, and pass@1 / pass@k from ``k`` samples at ``temperature``.
+    With ``check_tool`` and ``edit_tools`` (e.g. ``"run_tests"``, ``("replace",)``) it also reports the
+    share of passing greedy episodes that ran the check again after an edit."""
+    return mlc.ConfigDict(
+        {
+            **{"pools": pools, "every": every, "num_tasks": num_tasks, "k": k, "temperature": temperature},
+            **{"check_tool": check_tool, "edit_tools": list(edit_tools)},
+        }
+    )
 
 
 def loop(

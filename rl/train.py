@@ -36,7 +36,12 @@ RUN_FAILED = 1
 def summarize(evals: dict, workdir: str, seconds: float) -> str:
     """The before → after report printed at the end of a run."""
     lines = [f"\nrun finished in {seconds / 60:.1f} min; results in {workdir}"]
-    keys = [("eval/greedy_pass_rate", "held-out greedy pass rate"), ("eval/pass@1", "held-out pass@1 (sampled)")]
+    keys = [
+        ("eval/greedy_pass_rate", "held-out greedy pass rate"),
+        ("eval/pass@1", "held-out pass@1 (sampled)"),
+        ("eval_greedy/tool_calls_mean", "tool calls per episode"),
+        ("eval_greedy/passing_rechecked", "passing: re-checked an edit"),  # with eval.check_tool set
+    ]
     for key, label in keys:
         points = [
             (name, evals[name][key])

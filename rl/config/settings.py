@@ -129,6 +129,10 @@ class EvalSettings:
     num_tasks: int
     k: int
     temperature: float
+    # The workflow metric (rl.phases.evaluation.tool_use_metrics): the tool that checks the work and
+    # the tools that change it; "" / (): no workflow metric, only tool calls by name.
+    check_tool: str = ""
+    edit_tools: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,6 +217,8 @@ _OPTIMIZER = (
 _SFT = ("steps", "data", "batch_size", "learning_rate", "warmup_steps", "options")
 # Optional: configs from before the check have none of them (no check).
 _SFT_CHECK = ("check_every", "check_tasks", "until_pass_rate", "anneal_steps")
+# Optional: configs from before the workflow metric have neither (no workflow metric).
+_EVAL_WORKFLOW = ("check_tool", "edit_tools")
 
 
 def _model(node: Any) -> ModelSettings:
@@ -426,7 +432,16 @@ def _preference(node: Any) -> tuple[PreferenceSettings, PreferenceConfig | None]
 
 
 def _eval(node: Any, catalog: TaskCatalog) -> EvalSettings:
-    ev = section(node, "eval", _names(EvalSettings))
+    ev = section(node, "eval", _names(EvalSettings), optional=_EVAL_WORKFLOW)
+    need(isinstance(ev.get("check_tool", ""), str), "eval.check_tool", "a tool name", ev.get("check_tool"))
+    edit_tools = ev.get("edit_tools", ())
+    need(
+        isinstance(edit_tools, (list, tuple)) and all(isinstance(t, str) for t in edit_tools),
+        "eval.edit_tools",
+        "a list of tool names",
+        edit_tools,
+    )
+    ev["edit_tools"] = tuple(edit_tools)
     for key, low in (("every", 0), ("num_tasks", 1), ("k", 0)):
         need_int(ev[key], f"eval.{key}", low)
     temperature = ev["temperature"]

@@ -133,7 +133,7 @@ class EngineRollout(Rollout):
 
     def run(self, tasks: Sequence[Task], **kwargs: Any) -> RolloutResult:
         """As :meth:`Rollout.run`; the timing adds ``prefill_tokens``, ``prefill_tokens_reused`` and the
-        scheduler's ``jobs``, ``job_retries``, ``job_queue_wait_p50_s``, ``job_queue_wait_max_s``.
+        scheduler's ``jobs``, ``job_retries``, ``job_queue_wait_p50_s``, ``job_queue_wait_max_s``, ``job_queue_wait_s``.
         Other rollouts in flight move forward meanwhile."""
         handle = self.start(tasks, **kwargs)
         while not handle.done:
@@ -258,6 +258,7 @@ class EngineRollout(Rollout):
         timing["job_retries"] = float(sum(max(0, r.attempts - 1) for r in batch.jobs))
         timing["job_queue_wait_p50_s"] = waits[len(waits) // 2] if waits else 0.0
         timing["job_queue_wait_max_s"] = waits[-1] if waits else 0.0
+        timing["job_queue_wait_s"] = sum(waits)  # the waiting share of the step's time split (rl.run.time_split)
         batch.handle.result = self._finish([ep.record for ep in batch.live], batch.tasks, timing, batch.t0)
 
     # -- jobs ------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from rl.rollout.task_stream import task_stream
 from rl.run.console import logs_above_bar
 from rl.run.experiment import Experiment
 from rl.run.preflight import CircuitBreaker, preflight
+from rl.run.time_split import rollout_split, wait_s
 
 log = logging.getLogger(__name__)
 MAX_REQUEUES = 2  # a task whose environment keeps failing is dropped after this many retries
@@ -114,8 +115,9 @@ class Trainer:
             metrics.update(self._phase_step(metrics["phase"], step))
             if self._eval_due(step) and self.evaluator.tasks:
                 bar.set_postfix_str(f"step {step}: evaluating {len(self.evaluator.tasks)} held-out tasks", refresh=True)
+                t = time.perf_counter()
                 result = self._evaluate(step)
-                metrics.update(result)
+                metrics.update(result, **{"time/eval_s": time.perf_counter() - t})
                 if step == self.sft_steps:
                     self.evals["after_sft"] = result
                     _warn_if_nothing_to_learn(result, step, self.total > step)
@@ -272,6 +274,7 @@ class Trainer:
         }
 
     def rl_step(self, step: int) -> dict[str, Any]:
+        started = time.perf_counter()
         exp, s = self.exp, self.exp.settings
         if self.producer is not None:
             produced = self.producer.take(step)
@@ -311,6 +314,7 @@ class Trainer:
                 "time/env_s": env,
                 "time/learn_s": learn_s,
                 "perf/sampled_tokens_per_s": metrics["rollout/sampled_tokens"] / max(gen, 1e-9),
+                **rollout_split(result.timing, result.episodes),
             }
         )
         timing = result.timing
@@ -326,6 +330,7 @@ class Trainer:
             {k if k.startswith("sandbox/") else f"sandbox/{k}": v for k, v in exp.scheduler.metrics().items()}
         )
         exp.scheduler.reset_metrics()
+        metrics["time/wait_s"] = wait_s(metrics, time.perf_counter() - started)
         return metrics
 
     # -- checkpoints -----------------------------------------------------------------

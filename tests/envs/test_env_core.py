@@ -22,7 +22,8 @@ AGENT_IDS = sorted(cls.env_id for cls in DOMAINS.values())  # every environment 
 def test_every_domain_package_registers_its_environment():
     packages = {module.__name__ for module in envs.domains.DOMAIN_PACKAGES}
     assert packages == {
-        f"envs.domains.{name}" for name in ("arithmetic", "function", "math", "pipeline", "repair", "shell", "template")
+        f"envs.domains.{name}"
+        for name in ("arithmetic", "function", "math", "pipeline", "repair", "repair_gen", "shell", "template")
     }
     for package in packages:  # each package holds (at least) one environment, under its own name
         assert any(cls.__module__.startswith(package + ".") for cls in DOMAINS.values()), package

@@ -21,6 +21,7 @@ import pytest
 
 from rl.rollout import trajectory
 from rl.run.metrics import read_metrics, without_timing
+from rl.run.time_split import SPLIT
 from tests.conftest import import_or_skip
 from tests.sandbox.conftest import backend_or_skip
 
@@ -108,6 +109,11 @@ def test_workdir_layout_and_metrics(run_dir):
             assert key in r, key
     assert "eval/greedy_pass_rate" in records[-1] and "eval/pass@1" in records[-1]
     assert any("train/loss" in r for r in rl)
+    for r in rl:  # the wall-time split adds up to the step (an evaluation in the step is outside it)
+        parts = [r[k] for k in SPLIT]
+        assert all(p >= 0.0 for p in parts), r
+        assert r["time/tools_s"] > 0.0 and r["time/verify_s"] > 0.0, r  # every episode resets and is judged
+        assert sum(parts) + r.get("time/eval_s", 0.0) == pytest.approx(r["time/step_s"], rel=0.05, abs=0.5), r
     assert list((run_dir / "tb").iterdir()), "TensorBoard events missing"
     assert sorted(int(p.name) for p in (run_dir / "checkpoints").iterdir() if p.name.isdigit())[-1] == 7
 
