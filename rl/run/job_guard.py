@@ -62,6 +62,9 @@ class JobGuard:
         self._main_ending = False
         self._previous_wakeup = -1
         self._stop = threading.Event()
+        # Held while the watchdog acts on a failure, and by close(): once close() returns, a peer that
+        # ends its own successful run (and so leaves the service) is never taken for a lost one.
+        self._acting = threading.Lock()
         self._thread: threading.Thread | None = None
 
     # -- set-up ------------------------------------------------------------------------
@@ -84,7 +87,8 @@ class JobGuard:
 
     def close(self) -> None:
         """Stops watching (the run ended normally)."""
-        self._stop.set()
+        with self._acting:
+            self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.poll_s + 1)
             signal.set_wakeup_fd(self._previous_wakeup)
@@ -155,9 +159,12 @@ class JobGuard:
                     failures = {p: LOST_MESSAGE for p in self.group.lost()}
             except Exception as exc:  # noqa: BLE001 - the coordination service (in process 0) is gone
                 failures = {0: f"the job's coordination service stopped answering ({type(exc).__name__})"}
-            if failures and self._deadline is None:
-                self._peer_cause(failures)
-                self._begin_stop()
+            with self._acting:
+                if self._stop.is_set():  # closed while this look was under way: the run ended normally
+                    return
+                if failures and self._deadline is None:
+                    self._peer_cause(failures)
+                    self._begin_stop()
             if self._deadline is not None and time.monotonic() > self._deadline:
                 self._force_exit()
 

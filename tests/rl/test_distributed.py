@@ -129,3 +129,36 @@ def test_sigterm_raises_terminated_on_the_main_thread():
     finally:
         guard.close()
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_peer_that_leaves_after_close_is_not_taken_for_a_lost_one(monkeypatch):
+    """At a normal end each process closes its guard, meets the others at the barrier and leaves. A
+    watchdog still inside a slow look at the peers when close() gives up waiting for it must not then
+    see the peer that left and interrupt the main thread (it did once, in CI, under load)."""
+    import threading
+
+    from rl.run import job_guard
+
+    service, (p0, _) = _job()
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_live_nodes(ids):
+        inside.set()
+        release.wait(10)
+        return {i: 1 for i in ids if i in service.live}
+
+    p0._client.get_live_nodes = slow_live_nodes
+    interrupts = []
+    monkeypatch.setattr(job_guard._thread, "interrupt_main", lambda: interrupts.append(1))
+    previous = signal.getsignal(signal.SIGTERM)
+    guard = JobGuard(p0, poll_s=0.01).install()
+    try:
+        assert inside.wait(10)
+        guard.close()  # gives up on the thread after 2 * poll_s + 1 s: it is still in the look
+        service.live.discard(1)  # the peer ended its run and left the service
+        release.set()
+        guard._thread.join(10)
+        assert not guard._thread.is_alive() and interrupts == [] and guard._cause is None
+    finally:
+        release.set()
+        signal.signal(signal.SIGTERM, previous)
