@@ -39,6 +39,7 @@ EXTRAS = {
     "test": [
         "pytest>=8,<10",
         "pytest-timeout>=2.3,<3",
+        "filelock>=3.12,<4",  # tests/conftest.py: the suite's shared JAX compilation cache locks its entries
         "ruff>=0.15,<1",
         RAY,  # tests/sandbox/test_ray_fleet.py runs a local multi-node cluster: never skipped in CI
     ],
