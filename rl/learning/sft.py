@@ -10,14 +10,15 @@ with. Where the conversations come from (a domain's demonstrations, or a JSONL f
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from rl.generation.tokenizer import Tokenizer
 
-if TYPE_CHECKING:  # a type only: the learning code does not import the environments
-    from envs.demonstrations import Conversation
+# A chat as messages (role, content, tool calls): the shape ``envs.demonstrations`` produces,
+# restated rather than imported so that the learner depends on no environment code.
+Conversation = Sequence[Mapping[str, Any]]
 
 
 def encode_conversation(
