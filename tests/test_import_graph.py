@@ -10,7 +10,7 @@ for ``rl/learning/``, which must not import ``envs`` at all: the learner sees ba
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,6 +52,11 @@ def _targets(nodes: Iterator[ast.AST], known: dict[str, Path]) -> set[str]:
             names |= {
                 f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in known else node.module for a in node.names
             }
+    return owning_modules(names, known)
+
+
+def owning_modules(names: set[str], known: Mapping[str, object]) -> set[str]:
+    """The known module each dotted name lives in (``sandbox.spec.SandboxSpec`` → ``sandbox.spec``)."""
     found = set()
     for name in names:
         while name and name not in known:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_import_graph import owning_modules
+
 ROOT = Path(__file__).resolve().parents[2] / "sandbox"
 # Lowest first: a module may import its own layer and the ones before it (see sandbox/__init__.py).
 LAYERS = (
@@ -59,13 +61,7 @@ def sandbox_imports(tree: ast.Module, known: dict[str, ast.Module], *, top_level
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             names |= {f"{node.module}.{a.name}" for a in node.names}
-    found = set()
-    for name in names:
-        while name and name not in known:
-            name = name.rpartition(".")[0]
-        if name:
-            found.add(name)
-    return found
+    return owning_modules(names, known)
 
 
 def test_every_module_imports_only_its_own_layer_or_lower_ones():
