@@ -7,6 +7,9 @@
   - :mod:`rl.generation.token_selection`: pure per-row temperature / top-k / top-p / greedy choice
     of the next token, with its log-probs.
   - :mod:`rl.generation.sampler`: jitted, bucketed, batch-invariant generation (``Sampler``).
+  - :mod:`rl.generation.engine`: the default path of a rollout: a slot-based decode engine
+    (``DecodeEngine``) that takes turns as they come and keeps each episode's KV cache across turns;
+    :mod:`rl.generation.engine_programs`: its pure device programs (prefill, decode, page out/in).
 
 Modules are imported explicitly; this file imports none of them.
 """

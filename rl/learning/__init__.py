@@ -7,6 +7,12 @@
   - :mod:`rl.learning.train_step`: the pure step (forward, loss, accumulated gradients, AdamW).
   - :mod:`rl.learning.learner`: its host side (``Learner``: shardings, placement, state).
   - :mod:`rl.learning.sft`: conversations into token-exact SFT sequences, and their datasets.
+  - :mod:`rl.learning.lm_head`: log-probs and entropies of target tokens, a chunk of positions at a time.
+  - :mod:`rl.learning.trained_state`: what every learner holds on the host (variables, AdamW state,
+    shardings) and checkpoints.
+  - :mod:`rl.learning.preference`: DPO / SimPO losses and preference pairs.
+  - :mod:`rl.learning.reward_model` and :mod:`rl.learning.reward_learner`: a Bradley-Terry reward
+    model (the backbone with a scalar head) and its learner.
 
 Modules are imported explicitly; this file imports none of them.
 """

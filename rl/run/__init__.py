@@ -7,6 +7,7 @@
     :mod:`rl.run.console`: log lines above the progress bar, printed once.
   - :mod:`rl.run.distributed` and :mod:`rl.run.job_guard`: multi-process jobs, one fate for all
     their processes; :mod:`rl.run.replay`: re-running an episode.
+  - :mod:`rl.run.time_split`: where an RL step's wall time went (decode, tools, judge, learner, waiting).
 
 Settings live in :mod:`rl.config`, rollouts in :mod:`rl.rollout`, the phases in :mod:`rl.phases`.
 Modules are imported explicitly and this file imports none of them: :mod:`rl.results` reads
