@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 WORKDIR ?= runs/quickstart
 REPAIR_WORKDIR ?= runs/repair
 
-.PHONY: install install-dev system image quickstart repair-demo test test-fast lint format bench clean
+.PHONY: install install-dev system image quickstart repair-demo test test-fast test-durations lint format bench clean
 
 install:            ## the package and its core stack
 	$(PIP) install -q -e .
@@ -30,8 +30,11 @@ repair-demo: install ## the agentic example: a from-scratch model learns to chec
 test: install-dev system  ## set up everything and run the whole suite
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
-test-fast:           ## the developer's loop: the suite without the tests marked slow (> ~20 s each)
-	$(PYTHON) -m pytest -m 'not slow' $(PYTEST_ARGS)
+test-fast:           ## the developer's loop (< 5 min on 2 cores): no test marked slow or recorded over 1 s
+	$(PYTHON) -m pytest --fast $(PYTEST_ARGS)
+
+test-durations:      ## the whole suite, recording each test's time into tests/durations.json (read by --fast)
+	$(PYTHON) -m pytest --record-durations tests/durations.json $(PYTEST_ARGS)
 
 lint:
 	ruff format --check .

@@ -12,6 +12,7 @@ a package that is missing is then a broken install, so the tests that need it fa
 """
 
 import importlib
+import json
 import os
 import tempfile
 from types import ModuleType
@@ -35,3 +36,45 @@ def import_or_skip(module: str) -> ModuleType:
     if REQUIRED:
         return importlib.import_module(module)
     return pytest.importorskip(module)
+
+
+# -- the developer's loop ------------------------------------------------------------------------
+# `slow` marks the tests over ~20 s by hand. The fast loop (`make test-fast`, `pytest --fast`) also
+# leaves out every test whose last recorded time (tests/durations.json, summed over setup, call and
+# teardown) is over FAST_LIMIT_S: on 2 cores the suite's many 1-20 s tests add up to ~25 minutes.
+# `make test-durations` records the times afresh from a whole run.
+DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
+FAST_LIMIT_S = 1.0
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fast", action="store_true", help="leave out slow tests and those recorded over FAST_LIMIT_S")
+    parser.addoption("--record-durations", metavar="FILE", help="write each test's time (setup+call+teardown) here")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--fast"):
+        return
+    with open(DURATIONS) as f:
+        recorded = json.load(f)
+    keep, drop = [], []
+    for item in items:
+        long = item.get_closest_marker("slow") or recorded.get(item.nodeid, 0.0) > FAST_LIMIT_S
+        (drop if long else keep).append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
+_times: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _times[report.nodeid] = _times.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    path = session.config.getoption("--record-durations")
+    if path and _times:
+        with open(path, "w") as f:
+            json.dump({k: round(v, 2) for k, v in sorted(_times.items())}, f, indent=0, sort_keys=True)
+            f.write("\n")

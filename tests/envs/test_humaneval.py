@@ -46,6 +46,7 @@ def test_which_tasks_convert():
     assert len(everything) == 164 and all("calls" not in t.hidden for t in everything)
 
 
+@pytest.mark.slow
 def test_all_canonical_solutions_pass_and_wrong_ones_fail(problems, pool):
     sandbox = pool.acquire(SPEC)
     failures = []

@@ -49,6 +49,7 @@ def twin():
         shutil.rmtree(Path("/tmp") / name, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_a_user_copies_the_template_to_a_twin_with_new_tasks_and_trains_it(twin, tmp_path):
     backend_or_skip("bwrap")
     copy, build = readme_bash_blocks()

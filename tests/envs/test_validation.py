@@ -20,6 +20,7 @@ from tests.sandbox.conftest import backend_or_skip
 SETS = ("math", "repair", "shell", "pipeline")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SETS)
 def test_every_shipped_task_is_sound_on_bwrap(name):
     backend_or_skip("bwrap")
@@ -30,6 +31,7 @@ def test_every_shipped_task_is_sound_on_bwrap(name):
     assert all(len(r.gold) == 2 and len(r.noop) == 2 for r in reports)
 
 
+@pytest.mark.slow
 @pytest.mark.docker
 @pytest.mark.parametrize("name", SETS)
 def test_shipped_tasks_are_sound_on_docker(name):
@@ -81,6 +83,7 @@ def test_cli_passes_a_sound_set_and_fails_a_broken_one(tmp_path, capsys):
     assert "[validate    1/5]" in out and "1/5 tasks sound" in out
 
 
+@pytest.mark.slow
 def test_selfcheck_every_verifier_is_exact_and_stable(capsys):
     backend_or_skip("bwrap")
     assert selfcheck.main(["--backend", "bwrap", "--repeats", "2"]) == 0
