@@ -30,7 +30,7 @@ repair-demo: install ## the agentic example: a from-scratch model learns to chec
 test: install-dev system  ## set up everything and run the whole suite
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
-test-fast:           ## the developer's loop (< 5 min on 2 cores): no test marked slow or recorded over 1 s
+test-fast:           ## the developer's loop (< 5 min on 2 cores): no test marked slow or recorded over 0.5 s
 	$(PYTHON) -m pytest --fast $(PYTEST_ARGS)
 
 test-durations:      ## the whole suite, recording each test's time into tests/durations.json (read by --fast)
