@@ -41,7 +41,7 @@ def import_or_skip(module: str) -> ModuleType:
 # -- the developer's loop ------------------------------------------------------------------------
 # `slow` marks the tests over ~20 s by hand. The fast loop (`make test-fast`, `pytest --fast`) also
 # leaves out every test whose last recorded time (tests/durations.json, summed over setup, call and
-# teardown) is over FAST_LIMIT_S: on 2 cores the suite's many 0.5-20 s tests add up to ~25 minutes.
+# teardown) is over FAST_LIMIT_S: the many tests between that and 20 s are most of the suite's time.
 # `make test-durations` records the times afresh from a whole run.
 DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
 FAST_LIMIT_S = 0.5
