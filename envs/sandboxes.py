@@ -24,7 +24,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from sandbox import (
+from sandbox import (  # BACKENDS: re-exported for rl.config (rl never imports sandbox)
+    BACKENDS,
     Backend,
     Host,
     Job,
@@ -109,6 +110,7 @@ class LentSandboxes:
 
 
 __all__ = [
+    "BACKENDS",
     "FreshSandboxes",
     "Host",
     "Job",

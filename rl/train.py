@@ -13,7 +13,6 @@ out of range — ends the command with one line naming the field and exit status
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import logging
 import re
 import sys
@@ -26,7 +25,9 @@ import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file (configs/*.py[:variant]).")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Experiment config file (configs/*.py[:variant]).", lock_config=True
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run directory: config, metrics, trajectories, checkpoints.")
 flags.mark_flags_as_required(["config", "workdir"])
 USAGE_ERROR = 2
@@ -57,26 +58,20 @@ def summarize(evals: dict, workdir: str, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def flag_error(argv: Sequence[str], exc: Exception) -> str:
-    """One line for a flag that failed to parse: the unknown config field, or the error's own message."""
-    from rl.config.errors import unknown_field_message
-
-    given = [
-        a.split("=", 1)[1] if "=" in a else b
-        for a, b in zip(argv, [*argv[1:], ""], strict=True)
-        if a.split("=")[0] == "--config"
-    ]
-    spec = given[-1] if given else None
-    if isinstance(exc, (AttributeError, KeyError)) and spec is not None:  # an override names no field
-        config = _load_config_file(spec)
+def one_line_error(argv: Sequence[str], exc: Exception) -> str:
+    """One line for a flag that failed to parse: the error's own message, or, for an override of
+    a field the (locked) config does not have, that field's path. The ``ConfigDict`` names the
+    unknown key and its closest field but not where it sits: the override that holds it does."""
+    text = str(exc).replace("\\'", "'")
+    unknown = re.search(r'instead of "(\w+)"', text) or re.search(r"'(\w+)'", text)
+    if isinstance(exc, (AttributeError, KeyError)) and unknown:
+        key, close = unknown.group(1), re.search(r'Did you mean "(\w+)"', text)
         for arg in argv:
-            path = re.match(r"--config\.([\w.]+)(=|$)", arg)
-            node, keys = config, path.group(1).split(".") if path else []
-            for depth, key in enumerate(keys):
-                if not hasattr(node, "keys") or key not in node:
-                    known = list(node.keys()) if hasattr(node, "keys") else []
-                    return unknown_field_message(".".join(keys[: depth + 1]), known)
-                node = node[key]
+            override = re.match(r"--config\.([\w.]+)(=|$)", arg)
+            keys = override.group(1).split(".") if override else []
+            if key in keys:
+                path = ".".join(keys[: keys.index(key) + 1])
+                return f"config.{path}: no such field" + (f"; did you mean {close.group(1)}?" if close else "")
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [type(exc).__name__]
     if len(lines) == 1:
         return lines[0]
@@ -85,21 +80,12 @@ def flag_error(argv: Sequence[str], exc: Exception) -> str:
     return last if last.startswith(head) else f"{head}: {last}"
 
 
-def _load_config_file(spec: str) -> Any:
-    """``get_config(variant)`` of ``configs/X.py[:variant]``, without any override."""
-    path, colon, variant = spec.partition(":")
-    module_spec = importlib.util.spec_from_file_location("agentrl_config_file", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.get_config(*([variant] if colon else []))
-
-
 def parse_flags(argv: list[str]) -> list[str]:
     """absl's flag parsing, with any error shown as one line and exit status 2 (not a traceback)."""
     try:
         rest = flags.FLAGS(argv)
     except (flags.Error, AttributeError, KeyError, ValueError, TypeError) as exc:
-        print(f"error: {flag_error(argv, exc)}", file=sys.stderr)
+        print(f"error: {one_line_error(argv, exc)}", file=sys.stderr)
         sys.exit(USAGE_ERROR)
     if not isinstance(_CONFIG.value, ml_collections.ConfigDict):  # config_flags defers a missing file's error
         path = flags.FLAGS["config"].serialize().partition("=")[2].partition(":")[0]

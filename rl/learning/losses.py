@@ -22,6 +22,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
+from rl.config.schema import setting
+
 Array = jax.Array
 
 
@@ -122,7 +124,7 @@ class PolicyLossConfig:
     entropy_coef: float = 0.0
     aggregation: str = "token"
     tis_cap: float = 0.0
-    max_len: int | None = None
+    max_len: int | None = setting(None, derived=True)  # the run's loop.max_len, not a config field
 
     def __post_init__(self):
         if self.name not in POLICY_LOSSES:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from envs import Task
-from rl.config.settings import EvalSettings, PoolSettings
+from rl.config.sections import EvalSettings, PoolSettings
 from rl.rollout import trajectory
 from rl.rollout.episodes import pass_at_k, rollout_metrics
 from rl.rollout.lockstep import Rollout

@@ -36,7 +36,8 @@ from flax import nnx
 
 from envs.verifiers import VERIFIERS
 from envs.verifiers.learned import DEFAULT_SCORER, register_scorer, unregister_scorer
-from rl.config.errors import ConfigError, unknown_field_message
+from rl.config.errors import ConfigError
+from rl.config.schema import load, setting
 from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from rl.learning.reward_model import (
     RewardModel,
@@ -63,8 +64,8 @@ class LearnedRewardSettings:
     """
 
     path: str
-    min_accuracy: float = 0.75
-    clip: float = 3.0
+    min_accuracy: float = setting(0.75, check=lambda v: 0 < v <= 1, expected="a fraction in (0, 1]")
+    clip: float = setting(3.0, check=lambda v: v > 0, expected="a number > 0")
 
     @property
     def model_dir(self) -> Path:
@@ -120,18 +121,7 @@ def parse_learned_reward(node: Mapping[str, Any] | None, env_kwargs: Mapping[str
                 "config.learned_reward = configs.common.learned_reward(PATH of a saved reward model)"
             )
         return None
-    fields = [f.name for f in dataclasses.fields(LearnedRewardSettings)]
-    if not isinstance(node, Mapping) or "path" not in node:
-        raise ConfigError(f"config.learned_reward: expected configs.common.learned_reward(path, ...), got {node!r}")
-    for key in node:
-        if key not in fields:
-            raise ConfigError(unknown_field_message(f"learned_reward.{key}", fields))
-    s = LearnedRewardSettings(**node)
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)  # noqa: E731
-    if not (number(s.min_accuracy) and 0 < s.min_accuracy <= 1):
-        raise ConfigError(f"config.learned_reward.min_accuracy: expected a fraction in (0, 1], got {s.min_accuracy!r}")
-    if not (number(s.clip) and s.clip > 0):
-        raise ConfigError(f"config.learned_reward.clip: expected a number > 0, got {s.clip!r}")
+    s = load(LearnedRewardSettings, node, "learned_reward")
     if not isinstance(s.path, str) or not (s.model_dir / "reward_model.json").is_file():
         raise ConfigError(
             f"config.learned_reward.path: expected a reward model saved by a config.reward_model run "

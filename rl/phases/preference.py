@@ -19,10 +19,13 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
-from rl.learning.preference import Pair, PairData, load_pairs, mine_pairs, pair_batch
+from rl.config.errors import ConfigError, need
+from rl.config.schema import setting
+from rl.learning.preference import Pair, PairData, PreferenceConfig, load_pairs, mine_pairs, pair_batch
 from rl.rollout.task_stream import task_stream
 
 log = logging.getLogger(__name__)
@@ -46,18 +49,32 @@ class PreferenceSettings:
       max_pairs_per_task: at most this many pairs per mined task.
     """
 
-    steps: int = 0
+    steps: int = setting(0, low=0)
     data: str = MINED
-    batch_size: int = 16
+    batch_size: int = setting(16, low=1)
     learning_rate: float = 1e-4
-    warmup_steps: int = 0
+    warmup_steps: int = setting(0, low=0)
     loss: str = "dpo"
     beta: float = 0.1
     label_smoothing: float = 0.0
     gamma: float = 0.5
-    mine_tasks: int = 64
-    mine_group: int = 8
-    max_pairs_per_task: int = 4
+    mine_tasks: int = setting(64, low=1)
+    mine_group: int = setting(8, low=2)
+    max_pairs_per_task: int = setting(4, low=1)
+
+
+def preference_loss_of(p: PreferenceSettings) -> PreferenceConfig | None:
+    """The preference phase's loss (None: no phase), its data checked."""
+    if not p.steps:
+        return None
+    known = f"'{MINED}' (pairs from the policy's own rollouts) or 'jsonl:PATH'"
+    need(p.data == MINED or p.data.startswith("jsonl:"), "preference.data", known, p.data)
+    if p.data.startswith("jsonl:"):
+        need(Path(p.data.removeprefix("jsonl:")).is_file(), "preference.data", "a JSONL file that exists", p.data)
+    try:
+        return PreferenceConfig(p.loss, p.beta, p.label_smoothing, p.gamma)
+    except ValueError as exc:
+        raise ConfigError(re.sub(r"^PreferenceConfig\.", "config.preference.", str(exc))) from exc
 
 
 class PreferencePhase:

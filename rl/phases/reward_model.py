@@ -29,7 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from rl.config.errors import ConfigError, unknown_field_message
+from rl.config.errors import need
+from rl.config.schema import load, setting
 from rl.generation.tokenizer import ByteTokenizer
 from rl.learning.preference import Pair, PairData, load_pairs, pair_batch
 from rl.learning.reward_model import RewardModelInfo, pair_accuracy, save_reward_model
@@ -52,43 +53,22 @@ class RewardModelSettings:
       eval_every: score the held-out pairs every this many steps (0: only at the last step).
     """
 
-    steps: int = 0
+    steps: int = setting(0, low=0)
     data: str = ""
-    batch_size: int = 16
-    learning_rate: float = 1e-3
-    warmup_steps: int = 0
-    heldout_fraction: float = 0.25
-    eval_every: int = 0
+    batch_size: int = setting(16, low=1)
+    learning_rate: float = setting(1e-3, check=lambda v: v > 0, expected="a number > 0")
+    warmup_steps: int = setting(0, low=0)
+    heldout_fraction: float = setting(0.25, check=lambda v: 0 < v < 1, expected="a fraction in (0, 1)")
+    eval_every: int = setting(0, low=0)
 
 
 def parse_reward_model(node: Mapping[str, Any] | None) -> RewardModelSettings:
     """``config.reward_model`` checked (absent: no reward model); errors name the field."""
-    if node is None:
-        return RewardModelSettings()
-
-    fields = [f.name for f in dataclasses.fields(RewardModelSettings)]
-    if not isinstance(node, Mapping):
-        raise ConfigError(f"config.reward_model: expected a section (configs.common.reward_model), got {node!r}")
-    for key in node:
-        if key not in fields:
-            raise ConfigError(unknown_field_message(f"reward_model.{key}", fields))
-    s = RewardModelSettings(**node)
-
-    def need(ok: bool, field: str, expected: str) -> None:
-        if not ok:
-            raise ConfigError(f"config.reward_model.{field}: expected {expected}, got {getattr(s, field)!r}")
-
-    is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)  # noqa: E731
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
-    for field, low in (("steps", 0), ("batch_size", 1), ("eval_every", 0)):
-        need(is_int(getattr(s, field)) and getattr(s, field) >= low, field, f"an int >= {low}")
-    if not s.steps:
-        return s
-    need(number(s.learning_rate) and s.learning_rate > 0, "learning_rate", "a number > 0")
-    need(number(s.heldout_fraction) and 0 < s.heldout_fraction < 1, "heldout_fraction", "a fraction in (0, 1)")
-    data = s.data
-    ok = isinstance(data, str) and data.startswith("jsonl:") and Path(data.removeprefix("jsonl:")).is_file()
-    need(ok, "data", "'jsonl:PATH' of an existing file of preference pairs")
+    s = RewardModelSettings() if node is None else load(RewardModelSettings, node, "reward_model")
+    if s.steps:
+        data = s.data
+        ok = data.startswith("jsonl:") and Path(data.removeprefix("jsonl:")).is_file()
+        need(ok, "reward_model.data", "'jsonl:PATH' of an existing file of preference pairs", data)
     return s
 
 

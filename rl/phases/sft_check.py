@@ -26,7 +26,7 @@ import dataclasses
 import logging
 
 from envs import Task
-from rl.config.settings import Settings
+from rl.config.sections import Settings
 from rl.learning.learner_config import LearnerConfig
 from rl.phases.evaluation import fixed_choice
 from rl.rollout.episodes import rollout_metrics

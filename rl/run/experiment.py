@@ -25,7 +25,8 @@ from flax import nnx
 
 from envs.sandboxes import Host, LentSandboxes, PoolConfig, RayFleet, Scheduler, WarmPool
 from rl.config.config_file import CONFIG_FILE, differing_fields, read_config
-from rl.config.settings import REWARD_MODEL_PHASE, ConfigError, ModelSettings, Settings
+from rl.config.errors import ConfigError
+from rl.config.sections import REWARD_MODEL_PHASE, ModelSettings, Settings
 from rl.generation.engine import DecodeEngine, EngineConfig
 from rl.generation.sampler import Sampler, SamplerConfig
 from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer

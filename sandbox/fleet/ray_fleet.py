@@ -29,6 +29,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from sandbox import BACKENDS
 from sandbox.backends.base import BOOT_TIMEOUT_S, Backend
 from sandbox.errors import (
     HostUnavailable,
@@ -50,7 +51,6 @@ from sandbox.spec import SandboxSpec, spec_key
 
 log = logging.getLogger(__name__)
 
-BACKENDS = ("bwrap", "docker")
 
 
 def _check_count(value: Any, field: str) -> None:
