@@ -52,7 +52,6 @@ from sandbox.spec import SandboxSpec, spec_key
 log = logging.getLogger(__name__)
 
 
-
 def _check_count(value: Any, field: str) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
         raise SandboxUsageError(f"RayFleet.{field}: expected an int >= 1 or None, got {value!r}")
