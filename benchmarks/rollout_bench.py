@@ -100,8 +100,9 @@ def main() -> int:
     from rl.models import Transformer, sharding
     from rl.models.config import get_model_config
     from rl.rollout.engine_rollout import EngineRollout
+    from rl.rollout.episode_driver import EnvCache, RolloutConfig
     from rl.rollout.episodes import assign_advantages, train_batch
-    from rl.rollout.lockstep import EnvCache, Rollout, RolloutConfig
+    from rl.rollout.lockstep import Rollout
     from rl.rollout.producer import Produced, RolloutProducer
 
     mesh = sharding.make_mesh({"data": 1})

@@ -32,7 +32,7 @@ from rl.models.lora import LoRAConfig
 from rl.phases.learned_reward import LearnedRewardSettings
 from rl.phases.preference import PreferenceSettings
 from rl.phases.reward_model import RewardModelSettings
-from rl.rollout.lockstep import RolloutConfig
+from rl.rollout.episode_driver import RolloutConfig
 
 
 def model(preset: str = ModelSettings.preset, **values: Any) -> mlc.ConfigDict:
@@ -103,7 +103,7 @@ def optimizer(learning_rate: float = 3e-4, *, warmup_steps: int = 5, **values: A
 
 
 def rollout(**values: Any) -> mlc.ConfigDict:
-    """``config.rollout`` (:class:`rl.rollout.lockstep.RolloutConfig`): how episodes are sampled."""
+    """``config.rollout`` (:class:`rl.rollout.episode_driver.RolloutConfig`): how episodes are sampled."""
     return to_config(RolloutConfig, **values)
 
 

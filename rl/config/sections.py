@@ -4,7 +4,7 @@
 (:func:`rl.config.schema.to_config`) and :func:`rl.config.settings.load_settings` reads it back
 through the same fields (:func:`rl.config.schema.load`). Sections that belong to one part of
 the code live beside it and follow the same rules: ``config.rollout`` is
-:class:`rl.rollout.lockstep.RolloutConfig`, ``config.algorithm.loss``
+:class:`rl.rollout.episode_driver.RolloutConfig`, ``config.algorithm.loss``
 :class:`rl.learning.losses.PolicyLossConfig`, ``config.optimizer`` the :data:`OPTIMIZER_FIELDS`
 of :class:`rl.learning.learner_config.LearnerConfig`, ``config.model.lora``
 :class:`rl.models.lora.LoRAConfig`, ``config.preference``
@@ -30,7 +30,7 @@ from rl.models.lora import LoRAConfig
 from rl.phases.learned_reward import LearnedRewardSettings
 from rl.phases.preference import PreferenceSettings
 from rl.phases.reward_model import RewardModelSettings
-from rl.rollout.lockstep import RolloutConfig
+from rl.rollout.episode_driver import RolloutConfig
 
 FLEETS = ("local", "ray")  # config.sandbox.fleet: one machine (or Docker URLs), or a Ray cluster
 # config.optimizer: the LearnerConfig fields every learner of a run shares; learning_rate and

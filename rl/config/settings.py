@@ -49,7 +49,7 @@ from rl.phases.learned_reward import parse_learned_reward
 from rl.phases.preference import PreferenceSettings, preference_loss_of
 from rl.phases.reward_model import parse_reward_model
 from rl.phases.sft_data import is_sft_source, sft_sources
-from rl.rollout.lockstep import RolloutConfig
+from rl.rollout.episode_driver import RolloutConfig
 from rl.rollout.task_stream import TaskCatalog
 
 _SECTIONS = (

@@ -23,8 +23,8 @@ import numpy as np
 from envs import Task
 from rl.config.sections import EvalSettings, PoolSettings
 from rl.rollout import trajectory
+from rl.rollout.episode_driver import RolloutRunner
 from rl.rollout.episodes import pass_at_k, rollout_metrics
-from rl.rollout.lockstep import Rollout
 from rl.rollout.task_stream import TaskCatalog
 from rl.rollout.trajectory import EpisodeRecord
 
@@ -91,7 +91,7 @@ class Evaluator:
       write: write the episodes (False on every process of a job but the main one).
     """
 
-    def __init__(self, rollout: Rollout, settings: EvalSettings, tasks: Sequence[Task], *, write: bool = True):
+    def __init__(self, rollout: RolloutRunner, settings: EvalSettings, tasks: Sequence[Task], *, write: bool = True):
         self.rollout, self.settings, self.tasks, self.write = rollout, settings, list(tasks), write
 
     def evaluate(self, step: int, workdir: str | os.PathLike) -> dict[str, float]:

@@ -29,8 +29,8 @@ from envs import Task
 from rl.config.sections import Settings
 from rl.learning.learner_config import LearnerConfig
 from rl.phases.evaluation import fixed_choice
+from rl.rollout.episode_driver import RolloutRunner
 from rl.rollout.episodes import rollout_metrics
-from rl.rollout.lockstep import Rollout
 from rl.rollout.task_stream import TaskCatalog
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class SFTCheck:
       tasks: the check's tasks (:func:`check_tasks`).
     """
 
-    def __init__(self, rollout: Rollout, settings: Settings, tasks: list[Task]):
+    def __init__(self, rollout: RolloutRunner, settings: Settings, tasks: list[Task]):
         if not tasks or settings.sft.check_every < 1:
             raise ValueError("SFTCheck: expected sft.check_every >= 1 and training tasks to check with (config.tasks)")
         self.rollout, self.tasks = rollout, tasks

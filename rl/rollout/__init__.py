@@ -1,10 +1,12 @@
 """Rollouts: tasks in, scored episodes out, as the learner and the notebooks see them.
 
   - :mod:`rl.rollout.task_stream`: each task source loaded once (``TaskCatalog``); the training stream.
-  - :mod:`rl.rollout.engine_rollout`: the default rollout: episodes moving independently, turns on the
+  - :mod:`rl.rollout.engine_rollout`: the default runner: episodes moving independently, turns on the
     decode engine (KV cache kept across turns), resets and tool steps through the sandbox scheduler;
     :mod:`rl.rollout.admission`: episodes that hold a sandbox start only while the pool has one.
-  - :mod:`rl.rollout.lockstep`: the lock-step group rollout (``rollout.engine=False``) and the shared types;
+  - :mod:`rl.rollout.episode_driver`: what every rollout does with an episode (``EpisodeDriver``: record,
+    reset, turn settings, step, end), the runner protocol (``RolloutRunner``) and the shared types.
+  - :mod:`rl.rollout.lockstep`: the lock-step group rollout (``rollout.engine=False``), a driver's runner;
     :mod:`rl.rollout.split`: a rollout shared among the processes of a job.
   - :mod:`rl.rollout.producer`: asynchronous RL: the next steps sampled while the learner updates
     (``loop.max_staleness`` > 0; at 0 the trainer samples inline, with no thread), with exact resume.

@@ -2,8 +2,8 @@
 
 :class:`~rl.rollout.lockstep.Rollout` advances every episode in lock step: each turn re-prefills every
 context and waits for the slowest decode and the slowest tool call. :class:`EngineRollout` runs the
-same episodes (same records, same seeds, same environment contract) as independent state
-machines::
+same episodes (one :class:`~rl.rollout.episode_driver.EpisodeDriver`: same records, same seeds, same
+environment contract) as independent state machines::
 
     reset job ──> engine.add(prompt) ──> turn done ──> step job ──> engine.add(observation) ──> ...
                                                             └──> episode over: engine.release
@@ -39,16 +39,17 @@ from rl.generation.engine import DecodeEngine
 from rl.generation.sampler import Completion
 from rl.generation.tokenizer import Tokenizer
 from rl.rollout.admission import Admission
-from rl.rollout.lockstep import (
+from rl.rollout.episode_driver import (
     ContextMeter,
     EnvCache,
-    Rollout,
+    EpisodeDriver,
     RolloutConfig,
     RolloutHandle,
     RolloutResult,
-    _anomalous,
+    anomalous,
+    check_decoding,
 )
-from rl.rollout.trajectory import DECODINGS, EpisodeRecord
+from rl.rollout.trajectory import EpisodeRecord
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class _Batch:
     )
 
 
-class EngineRollout(Rollout):
+class EngineRollout:
     """Runs groups of episodes on a :class:`DecodeEngine` and a :class:`Scheduler` (module docstring).
 
     Several rollouts can be in flight at once (:meth:`start`, :meth:`advance`): an asynchronous
@@ -116,6 +117,7 @@ class EngineRollout(Rollout):
     ):
         self.engine, self.scheduler, self.lender = engine, scheduler, lender
         self.tokenizer, self.config, self.envs, self.seed = tokenizer, config, envs, seed
+        self.driver = EpisodeDriver(tokenizer, config, seed=seed)
         self.model = engine.model
         self._batches: dict[int, _Batch] = {}
         self._ids = itertools.count()
@@ -157,8 +159,7 @@ class EngineRollout(Rollout):
 
         ``weights`` None: the engine's model, read in place (the caller must not update it while
         this rollout is in flight); else a parameter state, decoded next to other rollouts'."""
-        if decoding not in DECODINGS:
-            raise ValueError(f"EngineRollout.start(decoding=): expected one of {DECODINGS}, got {decoding!r}")
+        check_decoding(decoding, "EngineRollout.start")
         key = None
         if weights is None:
             self.engine.update_weights(self.model)
@@ -168,7 +169,7 @@ class EngineRollout(Rollout):
                 self.engine.load_weights(key, weights)
         temperature = 0.0 if decoding == "greedy" else self.config.temperature if temperature is None else temperature
         k = group_size or self.config.group_size
-        records = self._new_episodes(tasks, step, k, decoding, policy_version, groups)
+        records = self.driver.new_episodes(tasks, step, k, decoding, policy_version, groups)
         batch = _Batch(
             id=next(self._ids),
             tasks=tasks,
@@ -259,14 +260,14 @@ class EngineRollout(Rollout):
         timing["job_queue_wait_p50_s"] = waits[len(waits) // 2] if waits else 0.0
         timing["job_queue_wait_max_s"] = waits[-1] if waits else 0.0
         timing["job_queue_wait_s"] = sum(waits)  # the waiting share of the step's time split (rl.run.time_split)
-        batch.handle.result = self._finish([ep.record for ep in batch.live], batch.tasks, timing, batch.t0)
+        batch.handle.result = self.driver.finish([ep.record for ep in batch.live], batch.tasks, timing, batch.t0)
 
     # -- jobs ------------------------------------------------------------------------------
     def _start_episode(self, batch: _Batch, n: int) -> None:
         """Admitted: the episode's reset goes to the scheduler."""
         ep = batch.live[n]
         ep.started = True
-        reset = lambda _sb: self._reset(ep.env, ep.record, ep.task, ep.meter)  # noqa: E731
+        reset = lambda _sb: self.driver.reset(ep.env, ep.record, ep.task, ep.meter)  # noqa: E731
         self._submit(batch, n, "reset", ep, reset)
 
     def _submit(self, batch: _Batch, n: int, kind: str, ep: _Live, fn: Any, spec: Any = None) -> None:
@@ -290,7 +291,7 @@ class EngineRollout(Rollout):
 
         def step(sandbox: Any) -> bool:
             with self.lender.lend(sandbox):
-                return self._step(ep.env, ep.record, ep.meter, completion)
+                return self.driver.step(ep.env, ep.record, ep.meter, completion)
 
         self._submit(batch, n, "step", ep, step, spec)
 
@@ -300,7 +301,7 @@ class EngineRollout(Rollout):
         if result.status != "ok":  # no result: the deadline passed, or the job itself failed
             ep.tainted = True
             cause = result.cause or result.status
-            ep.record.verification = _anomalous(f"{kind}_{result.status}:{cause}")
+            ep.record.verification = anomalous(f"{kind}_{result.status}:{cause}")
             ep.record.end_reason = f"{kind}_{result.status}"
             if result.error:
                 log.warning("%s of %s ended %s: %s", kind, ep.task.id, result.status, result.error.splitlines()[-1])
@@ -308,7 +309,7 @@ class EngineRollout(Rollout):
         elif not result.value:  # reset failed, or the episode is over (verified, or an anomaly recorded)
             self._end(batch, n, ep)
         else:
-            params, seed = self._turn_request(ep.record, batch.temperature)
+            params, seed = self.driver.turn_request(ep.record, batch.temperature)
             new = ep.record.token_ids[ep.known :]
             self.engine.add((batch.id, n), new, params, seed, weights=batch.weights)
             # Only once the engine holds the tokens: if add raised, a first turn's sequence is unknown to the

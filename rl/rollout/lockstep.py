@@ -1,23 +1,14 @@
-"""Multi-turn group rollouts: k episodes per task, sampled together, stepped concurrently.
+"""Multi-turn group rollouts in lock step: k episodes per task, sampled together, stepped concurrently.
 
-For a batch of tasks, every episode of every group advances in lock step: all
-active episodes' contexts go to the sampler as one batch, then every
-environment is stepped concurrently (a thread pool; each env takes its sandbox
-from the injected factory: in a run, the warm pool :mod:`rl.run.experiment`
-builds), and the observation each environment rendered is appended as
-tokens. Environment steps are stateful and not idempotent, so they are never
-retried; a sandbox failure ends the episode as an *anomaly*
-(``verification.anomaly`` set), which the caller drops from its group and
-re-queues — it is never scored as a model failure.
-
-One episode contract, with the environment: it renders the observation (the
-rollout only wraps it in the chat template's turn markers), it owns the token
-budget (the rollout tells it the exact context length an observation would
-make, through ``reset(options={"context_length": ...})``, and the environment
-ends and verifies the episode at ``max_context``), and its ``Verification`` is
-the only form a result takes. Each episode is stored once: the prompt
-messages, each turn's completion, the tool calls (once, each with its turn),
-and the verification.
+For a batch of tasks, every episode of every group advances in lock step: all active
+episodes' contexts go to the sampler as one batch, then every environment is stepped
+concurrently (a thread pool; each env takes its sandbox from the injected factory: in a run,
+the warm pool :mod:`rl.run.experiment` builds), and the observation each environment rendered
+is appended as tokens. What happens to each episode is :class:`rl.rollout.episode_driver.EpisodeDriver`'s,
+the same as on the engine path (:mod:`rl.rollout.engine_rollout`); this runner only decides
+when episodes move. It is ``rollout.engine=False``: a bucketed sampler that re-prefills every
+context each turn, simpler to step through, and the reference the engine path is measured
+against (``benchmarks/rollout_bench.py``).
 
 Trajectories are token-exact (see :mod:`rl.rollout.trajectory`).
 """
@@ -25,169 +16,23 @@ Trajectories are token-exact (see :mod:`rl.rollout.trajectory`).
 from __future__ import annotations
 
 import concurrent.futures as cf
-import dataclasses
-import logging
 import time
-import zlib
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
-from envs import MIN_TURNS, AgentEnv, Task, Verification, env_for_domain
-from rl.generation.sampler import Completion, Sampler, SamplingParams
+from envs import Task
+from rl.generation.sampler import Completion, Sampler
 from rl.generation.tokenizer import Tokenizer
-from rl.rollout.trajectory import DECODINGS, EpisodeRecord
-
-log = logging.getLogger(__name__)
-# The fewest turns an environment accepts (``AgentEnv(max_turns=)``: a tool call, then its answer).
-ENV_MIN_TURNS = MIN_TURNS  # what an environment accepts: checked with the rest of the settings
-
-
-@dataclasses.dataclass(frozen=True)
-class RolloutConfig:
-    """How episodes are sampled. Validated on construction (errors name the field).
-
-    Attributes:
-      group_size: episodes per task (GRPO's group); >= 2 for training.
-      max_turns: assistant turns per episode before it is truncated (>= :data:`ENV_MIN_TURNS`).
-      max_new_tokens: per assistant turn.
-      max_context: prompt + every turn + every observation, in tokens.
-      temperature / top_p / top_k: sampling; training uses temperature 1 so the
-        sampler's raw log-probs are the behaviour policy's.
-      render_tools: list the tools' JSON schemas in the system prompt (tiny models
-        trained from scratch do without).
-      env_workers: environments stepped at once.
-      tool_timeout_s: per tool call.
-      env_kwargs: per-domain constructor arguments for the environments
-        (e.g. ``{"repair": {"verifier": {"outcome": 1.0, "efficiency": 0.1}}}``).
-      engine: episodes move independently on the decode engine, tools through the sandbox
-        scheduler (:mod:`rl.rollout.engine_rollout`); False: the lock-step rollout here.
-      engine_slots: sequences the engine decodes at once (0: one per episode of a training step,
-        at most 256); more episodes wait for a slot, idle ones page out to host memory.
-      step_deadline_s: the most one environment reset or step may take, queueing included, before
-        the episode is dropped as an anomaly (engine rollouts).
-    """
-
-    group_size: int = 8
-    max_turns: int = 4
-    max_new_tokens: int = 256
-    max_context: int = 2048
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    render_tools: bool = True
-    env_workers: int = 8
-    tool_timeout_s: float = 30.0
-    env_kwargs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
-    engine: bool = True
-    engine_slots: int = 0
-    step_deadline_s: float = 600.0
-
-    def __post_init__(self):
-        def need(cond: bool, field: str, expected: str) -> None:
-            if not cond:
-                raise ValueError(f"rollout.{field}: expected {expected}, got {getattr(self, field)!r}")
-
-        need(isinstance(self.group_size, int) and self.group_size >= 1, "group_size", "an int >= 1")
-        need(
-            isinstance(self.max_turns, int) and self.max_turns >= ENV_MIN_TURNS,
-            "max_turns",
-            f"an int >= {ENV_MIN_TURNS} (the environments' minimum)",
-        )
-        need(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1, "max_new_tokens", "an int >= 1")
-        need(
-            isinstance(self.max_context, int) and self.max_context > self.max_new_tokens,
-            "max_context",
-            "an int > max_new_tokens",
-        )
-        need(self.temperature >= 0, "temperature", "a number >= 0")
-        need(0 < self.top_p <= 1, "top_p", "a number in (0, 1]")
-        need(isinstance(self.top_k, int) and self.top_k >= 0, "top_k", "an int >= 0")
-        need(isinstance(self.env_workers, int) and self.env_workers >= 1, "env_workers", "an int >= 1")
-        need(self.tool_timeout_s > 0, "tool_timeout_s", "seconds > 0")
-        need(isinstance(self.engine, bool), "engine", "True or False")
-        need(isinstance(self.engine_slots, int) and self.engine_slots >= 0, "engine_slots", "an int >= 0")
-        need(self.step_deadline_s > self.tool_timeout_s, "step_deadline_s", "seconds > tool_timeout_s")
-
-
-@dataclasses.dataclass
-class RolloutResult:
-    episodes: list[EpisodeRecord]
-    requeue: list[Task]
-    timing: dict[str, float]
-
-
-def episode_seed(run_seed: int, step: int, task_id: str, group: int, index: int, turn: int = 0) -> int:
-    """A per-request seed that depends only on *what* is sampled, never on batch order."""
-    return zlib.crc32(f"{run_seed}/{step}/{task_id}/{group}/{index}/{turn}".encode()) & 0x7FFFFFFF
-
-
-class EnvCache:
-    """Reusable environment instances per domain (constructing one per episode is wasteful)."""
-
-    def __init__(self, factory: Callable[[str], AgentEnv]):
-        self._factory = factory
-        self._idle: dict[str, list[AgentEnv]] = {}
-
-    def get(self, domain: str) -> AgentEnv:
-        idle = self._idle.get(domain)
-        return idle.pop() if idle else self._factory(domain)
-
-    def put(self, env: AgentEnv) -> None:
-        self._idle.setdefault(env.domain, []).append(env)
-
-    def close(self) -> None:
-        for envs in self._idle.values():
-            for env in envs:
-                env.close()
-        self._idle.clear()
-
-
-def make_env_factory(
-    config: RolloutConfig,
-    *,
-    sandbox_factory: Callable | None = None,
-    sandbox_release: Callable | None = None,
-    backend: str = "bwrap",
-    example_tasks: Mapping[str, Task],
-) -> Callable[[str], AgentEnv]:
-    """Builds environments for a domain, wired to the shared sandbox factory."""
-
-    def factory(domain: str) -> AgentEnv:
-        cls = env_for_domain(domain)
-        kwargs: dict[str, Any] = {
-            "tasks": [example_tasks[domain]],  # the real task comes with reset(options=)
-            "max_turns": config.max_turns,
-            "max_episode_tokens": config.max_context,
-            "tool_timeout_s": config.tool_timeout_s,
-        }
-        if sandbox_factory is not None:
-            kwargs.update(sandbox_factory=sandbox_factory, sandbox_release=sandbox_release)
-        else:
-            kwargs["backend"] = backend
-        kwargs.update(config.env_kwargs.get(domain, {}))
-        return cls(**kwargs)
-
-    return factory
-
-
-@dataclasses.dataclass
-class RolloutHandle:
-    """A rollout started by :meth:`Rollout.start`: done once it has a result or an error."""
-
-    result: RolloutResult | None = None
-    error: BaseException | None = None
-
-    @property
-    def done(self) -> bool:
-        return self.result is not None or self.error is not None
-
-    def get(self) -> RolloutResult:
-        """The result; raises the rollout's error if it failed."""
-        if self.error is not None:
-            raise self.error
-        if self.result is None:
-            raise RuntimeError("RolloutHandle.get(): the rollout is still in flight; advance() it first")
-        return self.result
+from rl.rollout.episode_driver import (
+    ContextMeter,
+    EnvCache,
+    EpisodeDriver,
+    RolloutConfig,
+    RolloutHandle,
+    RolloutResult,
+    check_decoding,
+)
+from rl.rollout.trajectory import EpisodeRecord
 
 
 class Rollout:
@@ -199,6 +44,7 @@ class Rollout:
         self.config = config
         self.envs = envs
         self.seed = seed
+        self.driver = EpisodeDriver(tokenizer, config, seed=seed)
         self._pool = cf.ThreadPoolExecutor(config.env_workers, thread_name_prefix="agentrl-env")
 
     def close(self) -> None:
@@ -229,18 +75,17 @@ class Rollout:
         these tasks (indices into ``tasks``), the others' episodes being another process's
         (:mod:`rl.rollout.split`); an episode's group is always its task's index in ``tasks``.
         """
-        if decoding not in DECODINGS:
-            raise ValueError(f"Rollout.run(decoding=): expected one of {DECODINGS}, got {decoding!r}")
+        check_decoding(decoding, "Rollout.run")
         self._use_weights(weights)
         greedy = decoding == "greedy"
         k = group_size or self.config.group_size
         temperature = self.config.temperature if temperature is None else temperature
         t0 = time.perf_counter()
-        episodes = self._new_episodes(tasks, step, k, decoding, policy_version, groups)
+        episodes = self.driver.new_episodes(tasks, step, k, decoding, policy_version, groups)
         envs = [self.envs.get(e.domain) for e in episodes]
         tasks_of = [tasks[e.group] for e in episodes]
         meters = [ContextMeter(self.tokenizer, e) for e in episodes]
-        resets = list(self._pool.map(self._reset, envs, episodes, tasks_of, meters))
+        resets = list(self._pool.map(self.driver.reset, envs, episodes, tasks_of, meters))
         timing = {"reset_s": time.perf_counter() - t0, "generate_s": 0.0, "env_s": 0.0}
         active = [i for i, ok in enumerate(resets) if ok]
         turn = 0
@@ -250,14 +95,14 @@ class Rollout:
             timing["generate_s"] += time.perf_counter() - t
             t = time.perf_counter()
             outcomes = list(
-                self._pool.map(lambda i, c: self._step(envs[i], episodes[i], meters[i], c), active, completions)
+                self._pool.map(lambda i, c: self.driver.step(envs[i], episodes[i], meters[i], c), active, completions)
             )
             timing["env_s"] += time.perf_counter() - t
             active = [i for i, still in zip(active, outcomes, strict=True) if still]
             turn += 1
         for env in envs:
             self.envs.put(env)
-        return self._finish(episodes, tasks, timing, t0)
+        return self.driver.finish(episodes, tasks, timing, t0)
 
     def start(self, tasks: Sequence[Task], **kwargs: Any) -> RolloutHandle:
         """Begins a rollout (arguments as :meth:`run`). Lock-step runs it to the end right here;
@@ -268,144 +113,9 @@ class Rollout:
         """Moves started rollouts forward; lock-step's are finished by :meth:`start`, so there is nothing to do."""
         del timeout
 
-    def _new_episodes(
-        self,
-        tasks: Sequence[Task],
-        step: int,
-        k: int,
-        decoding: str,
-        policy_version: int | None,
-        groups: Collection[int] | None = None,
-    ) -> list[EpisodeRecord]:
-        """``k`` fresh records per task (of ``groups``, by default all), each seeded by what it
-        samples, never by batch order or by which process samples it."""
-        version = step - 1 if policy_version is None else policy_version
-        chosen = range(len(tasks)) if groups is None else set(groups)
-        return [
-            EpisodeRecord(
-                step,
-                task.id,
-                task.domain,
-                g,
-                i,
-                episode_seed(self.seed, step, task.id, g, i),
-                split=task.split,
-                decoding=decoding,
-                policy_version=version,
-            )
-            for g, task in enumerate(tasks)
-            if g in chosen
-            for i in range(k)
-        ]
-
-    @staticmethod
-    def _finish(
-        episodes: list[EpisodeRecord], tasks: Sequence[Task], timing: dict[str, float], t0: float
-    ) -> RolloutResult:
-        """Per-episode timing, the re-queue, the total: how every rollout ends."""
-        for e in episodes:
-            e.timing = {"env_s": sum(t.get("env_s", 0.0) for t in e.turns), "turns": float(len(e.turns))}
-        timing["total_s"] = time.perf_counter() - t0
-        return RolloutResult(episodes, requeue_of(episodes, tasks), timing)
-
-    # -- one episode ------------------------------------------------------------------
-    def _reset(self, env: AgentEnv, episode: EpisodeRecord, task: Task, meter: ContextMeter) -> bool:
-        try:
-            _, info = env.reset(seed=episode.seed, options={"task": task, "context_length": meter})
-        except Exception as exc:  # noqa: BLE001 - any reset failure is the environment's, not the policy's
-            log.warning("reset of %s failed: %s", task.id, exc)
-            episode.verification = _anomalous(f"reset_failed:{getattr(exc, 'cause', type(exc).__name__)}")
-            episode.end_reason = "reset_failed"
-            return False
-        tools = info["tools"] if self.config.render_tools else None
-        ids = self.tokenizer.encode_messages(info["messages"], tools=tools, add_generation_prompt=True)
-        episode.messages = list(info["messages"])
-        episode.append(ids, sampled=False)
-        episode.prompt_len = len(ids)
-        return True
-
-    def _turn_request(self, e: EpisodeRecord, temperature: float) -> tuple[SamplingParams, int]:
-        """The sampling settings and seed of episode ``e``'s next turn (the seed names the turn, never the batch)."""
-        cfg = self.config
-        room = cfg.max_context - len(e.token_ids)
-        params = SamplingParams(
-            temperature=temperature,
-            top_p=cfg.top_p,
-            top_k=cfg.top_k,
-            max_new_tokens=max(1, min(cfg.max_new_tokens, room)),
-        )
-        return params, episode_seed(self.seed, e.step, e.task_id, e.group, e.index, len(e.turns))
-
     def _sample(
         self, episodes: list[EpisodeRecord], active: list[int], turn: int, temperature: float
     ) -> list[Completion]:
-        requests = [self._turn_request(episodes[i], temperature) for i in active]
+        requests = [self.driver.turn_request(episodes[i], temperature) for i in active]
         prompts = [episodes[i].token_ids for i in active]
         return self.sampler.generate(prompts, [p for p, _ in requests], [s for _, s in requests])
-
-    def _step(self, env: AgentEnv, episode: EpisodeRecord, meter: ContextMeter, completion: Completion) -> bool:
-        """Appends the completion, steps the env, appends its observation; True while the episode goes on."""
-        ids = list(completion.token_ids)
-        episode.append(ids, sampled=True, logprobs=list(completion.raw_logprobs))
-        body = ids[:-1] if ids and completion.finish_reason == "stop" and isinstance(completion.stop, int) else ids
-        text = self.tokenizer.decode(body)
-        turn: dict[str, Any] = {"completion": text, "finish_reason": completion.finish_reason, "tokens": len(ids)}
-        episode.turns.append(turn)
-        meter.completion_ids = ids
-        t = time.perf_counter()
-        try:
-            observation, _, terminated, truncated, info = env.step(text)
-        except Exception as exc:  # noqa: BLE001 - a crashing environment is an anomaly, not a model failure
-            log.exception("env.step failed for %s", episode.task_id)
-            episode.verification = _anomalous(f"env_error:{type(exc).__name__}")
-            episode.end_reason = "env_error"
-            return False
-        turn["env_s"] = time.perf_counter() - t
-        if not info.get("tool_calls"):  # e.g. the corrective message for a reply without a tool call
-            turn["observation"] = observation
-        if terminated or truncated:
-            episode.verification = info.get("verification") or _anomalous("no_verification")
-            record = info.get("episode", {})
-            episode.tool_calls = record.get("tool_calls", [])
-            episode.end_reason = record.get("end_reason", "terminated" if terminated else "truncated")
-            episode.sandbox = record.get("sandbox", {})
-            return False
-        episode.append(meter.ids(observation), sampled=False)
-        return True
-
-
-class ContextMeter:
-    """The exact length of one episode's context once an observation is appended (the env's budget meter).
-
-    Passed to ``env.reset(options={"context_length": meter})``; the tokens it computes for an
-    observation are the ones the rollout then appends, so they are encoded once.
-    """
-
-    def __init__(self, tokenizer: Tokenizer, episode: EpisodeRecord):
-        self.tokenizer = tokenizer
-        self.episode = episode
-        self.completion_ids: list[int] = []
-        self._cached: tuple[str, list[int]] | None = None
-
-    def ids(self, observation: str) -> list[int]:
-        if self._cached is None or self._cached[0] != observation:
-            self._cached = (observation, self.tokenizer.encode_observation(self.completion_ids, observation))
-        return self._cached[1]
-
-    def __call__(self, observation: str) -> int:
-        return len(self.episode.token_ids) + len(self.ids(observation))
-
-
-def requeue_of(episodes: Sequence[EpisodeRecord], tasks: Sequence[Task]) -> list[Task]:
-    """Each task with an anomalous episode, once per group: its environment failed, not the policy."""
-    requeue, seen = [], set()
-    for e in episodes:
-        task = tasks[e.group]
-        if e.anomaly and (task.id, e.group) not in seen:
-            seen.add((task.id, e.group))
-            requeue.append(task)
-    return requeue
-
-
-def _anomalous(cause: str) -> dict[str, Any]:
-    return Verification.anomalous(cause, verifier="rollout").to_dict()

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from envs import Task
-from rl.rollout.lockstep import Rollout, RolloutHandle, RolloutResult
+from rl.rollout.episode_driver import RolloutHandle, RolloutResult, RolloutRunner
 from rl.rollout.trajectory import EpisodeRecord
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class RolloutProducer:
     """Samples RL steps ``first .. last`` ahead of the learner (see the module docstring).
 
     Args:
-      rollout: starts and advances rollouts (:meth:`~rl.rollout.lockstep.Rollout.start`); an
+      rollout: starts and advances rollouts (:meth:`~rl.rollout.episode_driver.RolloutRunner.start`); an
         :class:`~rl.rollout.engine_rollout.EngineRollout` keeps several steps in flight at once.
       draw: ``draw(step) -> tasks``: the step's tasks (called on the producer's thread, under
         :attr:`lock`, in step order).
@@ -95,7 +95,7 @@ class RolloutProducer:
 
     def __init__(
         self,
-        rollout: Rollout,
+        rollout: RolloutRunner,
         draw: Callable[[int], list[Task]],
         finish: Callable[[int, list[Task], RolloutResult], Produced],
         model: nnx.Module,

@@ -29,7 +29,7 @@ from flax import nnx
 
 from envs import Task
 from rl.models import sharding
-from rl.rollout.lockstep import Rollout, RolloutHandle, RolloutResult, requeue_of
+from rl.rollout.episode_driver import RolloutHandle, RolloutResult, RolloutRunner, requeue_of
 from rl.rollout.trajectory import EpisodeRecord
 
 if TYPE_CHECKING:  # the job's channel is built by rl.run; a rollout only uses it
@@ -98,7 +98,7 @@ class _Split:
 class SplitRollout:
     """A rollout whose groups are shared out over the job's processes (module docstring).
 
-    Same interface as :class:`~rl.rollout.lockstep.Rollout`: ``run``, ``start`` / ``advance``, ``close``.
+    A :class:`~rl.rollout.episode_driver.RolloutRunner` itself: ``run``, ``start`` / ``advance``, ``close``.
 
     Args:
       inner: this process's rollout (lock-step or engine), sampling with ``replica.replica``.
@@ -106,7 +106,7 @@ class SplitRollout:
       replica: the learner's parameters on this process's devices.
     """
 
-    def __init__(self, inner: Rollout, group: ProcessGroup, replica: LocalReplica):
+    def __init__(self, inner: RolloutRunner, group: ProcessGroup, replica: LocalReplica):
         self.inner, self.group, self.replica = inner, group, replica
         self.tokenizer, self.config, self.seed, self.envs = inner.tokenizer, inner.config, inner.seed, inner.envs
         self._flying: list[_Split] = []
@@ -120,14 +120,14 @@ class SplitRollout:
         return self.replica.state()
 
     def run(self, tasks: Sequence[Task], **kwargs: Any) -> RolloutResult:
-        """As :meth:`Rollout.run`; other rollouts in flight move forward meanwhile."""
+        """As :meth:`RolloutRunner.run`; other rollouts in flight move forward meanwhile."""
         handle = self.start(tasks, **kwargs)
         while not handle.done:
             self.advance(timeout=0.05)
         return handle.get()
 
     def start(self, tasks: Sequence[Task], *, step: int, weights: Any = None, **kwargs: Any) -> RolloutHandle:
-        """Starts this process's share of the groups (arguments as :meth:`Rollout.run`).
+        """Starts this process's share of the groups (arguments as :meth:`RolloutRunner.run`).
 
         ``weights`` None (the live policy) copies the learner's parameters into the replica first:
         a collective, so such rollouts start on the main thread, in the same order everywhere."""

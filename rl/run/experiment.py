@@ -38,7 +38,8 @@ from rl.models import Transformer, sharding
 from rl.models.lora import apply_lora
 from rl.phases.learned_reward import Judge, install_judge, uninstall_judge
 from rl.rollout.engine_rollout import EngineRollout
-from rl.rollout.lockstep import EnvCache, Rollout, make_env_factory
+from rl.rollout.episode_driver import EnvCache, RolloutRunner, make_env_factory
+from rl.rollout.lockstep import Rollout
 from rl.rollout.split import LocalReplica, SplitRollout, rollout_mesh_shape
 from rl.rollout.task_stream import TaskCatalog
 from rl.run.checkpoint import Checkpointer
@@ -133,7 +134,7 @@ class Experiment:
     tokenizer: Tokenizer
     pool: WarmPool | RayFleet
     scheduler: Scheduler
-    rollout: Rollout | SplitRollout
+    rollout: RolloutRunner
     checkpointer: Checkpointer
     metrics: MetricsWriter
     judge: Judge | None = None  # the learned reward's judge (config.learned_reward), registered for the verifiers

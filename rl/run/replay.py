@@ -13,7 +13,7 @@ from typing import Any
 
 import envs  # noqa: F401 - registers the domains
 from envs import Task, env_for_domain
-from rl.rollout.lockstep import ENV_MIN_TURNS
+from rl.rollout.episode_driver import ENV_MIN_TURNS
 
 
 def _strip_timing(call: dict[str, Any]) -> dict[str, Any]:

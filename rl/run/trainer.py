@@ -32,8 +32,8 @@ from rl.phases.reward_model import RewardModelPhase
 from rl.phases.sft_check import SFTCheck, annealing, check_tasks
 from rl.phases.sft_data import load_sft_data
 from rl.rollout import trajectory
+from rl.rollout.episode_driver import RolloutResult
 from rl.rollout.episodes import assign_advantages, rollout_metrics, train_batch
-from rl.rollout.lockstep import RolloutResult
 from rl.rollout.producer import Produced, RolloutProducer
 from rl.rollout.task_stream import task_stream
 from rl.run.console import logs_above_bar

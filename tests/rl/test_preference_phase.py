@@ -16,7 +16,7 @@ import pytest
 from envs import Task
 from rl.generation.tokenizer import ByteTokenizer
 from rl.phases.preference import PAIRS_FILE, PreferencePhase, PreferenceSettings
-from rl.rollout.lockstep import RolloutResult
+from rl.rollout.episode_driver import RolloutResult
 from rl.rollout.trajectory import EpisodeRecord
 from rl.run.metrics import read_metrics, without_timing
 from tests.rl.test_train import _assert_resumed, _cli, _final_params

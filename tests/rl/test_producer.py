@@ -9,7 +9,7 @@ import threading
 import pytest
 from flax import nnx
 
-from rl.rollout.lockstep import RolloutHandle, RolloutResult
+from rl.rollout.episode_driver import RolloutHandle, RolloutResult
 from rl.rollout.producer import Produced, RolloutProducer
 
 

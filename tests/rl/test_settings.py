@@ -17,7 +17,7 @@ from envs import env_for_domain
 from rl.config.settings import ConfigError, load_settings
 from rl.learning.learner_config import LearnerConfig
 from rl.phases.evaluation import held_out_tasks
-from rl.rollout.lockstep import ENV_MIN_TURNS
+from rl.rollout.episode_driver import ENV_MIN_TURNS
 from rl.rollout.task_stream import TaskCatalog, task_stream
 from rl.run import experiment
 from rl.run.experiment import build, check_workdir, example_tasks
