@@ -20,12 +20,15 @@ import json
 import logging
 import os
 import re
+import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rl.config.errors import ConfigError, need
 from rl.config.schema import setting
 from rl.learning.preference import Pair, PairData, PreferenceConfig, load_pairs, mine_pairs, pair_batch
+from rl.phases.phase import Phase
 from rl.rollout.task_stream import task_stream
 
 log = logging.getLogger(__name__)
@@ -77,17 +80,20 @@ def preference_loss_of(p: PreferenceSettings) -> PreferenceConfig | None:
         raise ConfigError(re.sub(r"^PreferenceConfig\.", "config.preference.", str(exc))) from exc
 
 
-class PreferencePhase:
-    """Pairs and batches of a run's preference phase (see the module docstring).
+class PreferencePhase(Phase):
+    """``preference.steps`` DPO / SimPO steps on pairs loaded or mined when the phase starts (module docstring).
 
     Args:
       exp: the run's :class:`rl.run.experiment.Experiment` (rollout, tokenizer, task catalog).
-      settings: the phase's settings.
-      first_step: the phase's first step number (mined episodes are numbered by it).
+      first, last: the phase's first and last step numbers (mined episodes are numbered by ``first``).
     """
 
-    def __init__(self, exp: Any, settings: PreferenceSettings, first_step: int):
-        self.exp, self.settings, self.first_step = exp, settings, first_step
+    name = "preference"
+    eval_label = "after_preference"
+
+    def __init__(self, exp: Any, first: int, last: int):
+        super().__init__(exp, first, last)
+        self.settings: PreferenceSettings = exp.settings.preference
         self.data: PairData | None = None
         self.mining: dict[str, float] = {}
         # Decided now, before any process could mine: every process of a job must take the same path.
@@ -114,9 +120,7 @@ class PreferencePhase:
         stream = iter(task_stream(exp.settings.tasks, exp.catalog, seed=exp.settings.seed + _MINING_SEED_OFFSET))
         tasks = [next(stream) for _ in range(s.mine_tasks)]
         log.info("mining preference pairs: %d tasks x %d episodes with the current policy", len(tasks), s.mine_group)
-        result = exp.rollout.run(
-            tasks, step=self.first_step, group_size=s.mine_group, policy_version=self.first_step - 1
-        )
+        result = exp.rollout.run(tasks, step=self.first, group_size=s.mine_group, policy_version=self.first - 1)
         pairs = mine_pairs(result.episodes, max_pairs_per_task=s.max_pairs_per_task)
         episodes = result.episodes
         self.mining = {
@@ -138,20 +142,30 @@ class PreferencePhase:
         log.info("mined %d preference pairs (pass rate %.3f)", len(pairs), self.mining["dpo/mined_pass_rate"])
         return pairs
 
-    def step(self, learner: Any) -> dict[str, float]:
-        """One optimizer step on ``batch_size`` pairs; ``dpo/*`` metrics."""
+    def step(self, step: int) -> dict[str, float]:
+        """One optimizer step on ``batch_size`` pairs (``dpo/*`` metrics); the first loads (or mines) the pairs."""
+        metrics: dict[str, float] = {}
+        if self.data is None:
+            t = time.perf_counter()
+            metrics.update(self.prepare())
+            metrics["time/mine_s"] = time.perf_counter() - t
+        t = time.perf_counter()
         pairs = self.data.batch(self.settings.batch_size)
         batch = pair_batch(
-            pairs, pad_id=self.exp.tokenizer.pad_id, pair_multiple=learner.batch_multiple,
+            pairs, pad_id=self.exp.tokenizer.pad_id, pair_multiple=self.learner.batch_multiple,
             max_len=self.exp.settings.loop.max_len,
         )  # fmt: skip
-        return {k.replace("train/", "dpo/"): v for k, v in learner.train_step(batch).items()}
+        metrics.update({k.replace("train/", "dpo/"): v for k, v in self.learner.train_step(batch).items()})
+        metrics["time/learn_s"] = time.perf_counter() - t
+        return metrics
 
-    def state(self) -> dict[str, Any] | None:
-        return self.data.state() if self.data is not None else None
+    def state(self, step: int) -> dict[str, Any]:
+        del step
+        return {"preference_data": self.data.state() if self.data is not None else None}
 
-    def load_state(self, state: dict[str, Any] | None) -> None:
-        if state is not None:
+    def load_state(self, extra: Mapping[str, Any], step: int) -> None:
+        state = extra.get("preference_data")
+        if state and step < self.last:  # resumed inside the phase: the same pairs, in the same order
             if self.data is None:
                 self.prepare()
             self.data.load_state(state)

@@ -34,6 +34,7 @@ from rl.config.schema import load, setting
 from rl.generation.tokenizer import ByteTokenizer
 from rl.learning.preference import Pair, PairData, load_pairs, pair_batch
 from rl.learning.reward_model import RewardModelInfo, pair_accuracy, save_reward_model
+from rl.phases.phase import Phase
 
 log = logging.getLogger(__name__)
 OUTPUT_DIR = "reward_model"
@@ -93,11 +94,15 @@ def tokenizer_spec(exp: Any) -> str:
     return str(Path(spec).absolute())
 
 
-class RewardModelPhase:
-    """Pairs, steps, held-out evaluation and the saved judge of a reward-model run."""
+class RewardModelPhase(Phase):
+    """Pairs, steps, held-out evaluation and the saved judge of a reward-model run (its only phase)."""
 
-    def __init__(self, exp: Any, settings: RewardModelSettings):
-        self.exp, self.settings = exp, settings
+    name = "reward_model"
+    periodic_eval = True
+
+    def __init__(self, exp: Any, first: int, last: int):
+        super().__init__(exp, first, last)
+        self.settings: RewardModelSettings = exp.settings.reward_model
         self.data: PairData | None = None
         self.heldout: list[Pair] = []
 
@@ -113,8 +118,9 @@ class RewardModelPhase:
         self.data = PairData(train, seed=seed)
         log.info("reward model: %d training pairs, %d held out", len(train), len(self.heldout))
 
-    def step(self, learner: Any, step: int) -> dict[str, float]:
+    def step(self, step: int) -> dict[str, float]:
         """One Bradley-Terry step (``rm/*`` metrics); held-out figures when due; the judge saved at the last."""
+        learner = self.learner
         if self.data is None:
             self.prepare()
         s, max_len = self.settings, self.exp.settings.loop.max_len
@@ -160,11 +166,13 @@ class RewardModelPhase:
                  info.heldout_accuracy, info.heldout_pairs)  # fmt: skip
         return path
 
-    def state(self) -> dict[str, Any] | None:
-        return self.data.state() if self.data is not None else None
+    def state(self, step: int) -> dict[str, Any]:
+        del step
+        return {"reward_model_data": self.data.state() if self.data is not None else None}
 
-    def load_state(self, state: Mapping[str, Any] | None) -> None:
-        if state is not None:
+    def load_state(self, extra: Mapping[str, Any], step: int) -> None:
+        del step
+        if extra.get("reward_model_data"):
             if self.data is None:
                 self.prepare()
-            self.data.load_state(state)
+            self.data.load_state(extra["reward_model_data"])

@@ -259,7 +259,7 @@ class EngineRollout:
         timing["job_retries"] = float(sum(max(0, r.attempts - 1) for r in batch.jobs))
         timing["job_queue_wait_p50_s"] = waits[len(waits) // 2] if waits else 0.0
         timing["job_queue_wait_max_s"] = waits[-1] if waits else 0.0
-        timing["job_queue_wait_s"] = sum(waits)  # the waiting share of the step's time split (rl.run.time_split)
+        timing["job_queue_wait_s"] = sum(waits)  # the waiting share of the step's time split (rl.phases.time_split)
         batch.handle.result = self.driver.finish([ep.record for ep in batch.live], batch.tasks, timing, batch.t0)
 
     # -- jobs ------------------------------------------------------------------------------

@@ -80,7 +80,10 @@ def test_mined_pairs_are_written_once_and_reused_on_resume(tmp_path):
     catalog = TaskCatalog(loader=lambda source, split=None: tasks)
     pool = types.SimpleNamespace(source="stub", weight=1.0, split=None)
     rollout = _Rollout()
-    settings = types.SimpleNamespace(seed=0, tasks={"stub": pool}, loop=types.SimpleNamespace(max_len=64))
+    preference = PreferenceSettings(steps=2, mine_tasks=3, mine_group=4, max_pairs_per_task=2)
+    settings = types.SimpleNamespace(
+        seed=0, tasks={"stub": pool}, loop=types.SimpleNamespace(max_len=64), preference=preference
+    )
     exp = types.SimpleNamespace(
         workdir=str(tmp_path),
         tokenizer=ByteTokenizer(),
@@ -89,12 +92,12 @@ def test_mined_pairs_are_written_once_and_reused_on_resume(tmp_path):
         rollout=rollout,
         is_main=True,
     )
-    phase = PreferencePhase(exp, PreferenceSettings(steps=2, mine_tasks=3, mine_group=4, max_pairs_per_task=2), 5)
+    phase = PreferencePhase(exp, 5, 6)
     mined = phase.prepare()
     assert rollout.calls == 1 and mined["dpo/mined_pairs"] == 6 and mined["dpo/mined_pass_rate"] == 0.5
     lines = (tmp_path / PAIRS_FILE).read_text().splitlines()
     assert len(lines) == 6 and all(json.loads(line)["chosen"][0] == [1, 2, 3] for line in lines[:1])
     state = phase.data.state()
-    again = PreferencePhase(exp, phase.settings, 5)
-    again.load_state(state)  # a resumed run: the file, not a new mining rollout
+    again = PreferencePhase(exp, 5, 6)
+    again.load_state({"preference_data": state}, 5)  # a resumed run: the file, not a new mining rollout
     assert rollout.calls == 1 and again.data.pairs == phase.data.pairs

@@ -74,13 +74,13 @@ def test_infrastructure_errors_come_with_the_command_that_fixes_them(message, fi
 
 def test_a_warm_start_that_passes_nothing_is_reported(caplog):
     """After SFT, no held-out pass at all (greedy or sampled) means RL has nothing to learn: a warning."""
-    from rl.run.trainer import _warn_if_nothing_to_learn
+    from rl.phases.sft import warn_if_nothing_to_learn
 
-    with caplog.at_level(logging.WARNING, logger="rl.run.trainer"):
-        _warn_if_nothing_to_learn({"eval/greedy_pass_rate": 0.0, "eval/pass@1": 0.0, "eval/pass@4": 0.0}, 300, True)
+    with caplog.at_level(logging.WARNING, logger="rl.phases.sft"):
+        warn_if_nothing_to_learn({"eval/greedy_pass_rate": 0.0, "eval/pass@1": 0.0, "eval/pass@4": 0.0}, 300, True)
     assert "no held-out episode passed" in caplog.text and "step 300" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="rl.run.trainer"):
-        _warn_if_nothing_to_learn({"eval/greedy_pass_rate": 0.0, "eval/pass@1": 0.01, "eval/pass@4": 0.04}, 300, True)
-        _warn_if_nothing_to_learn({"eval/greedy_pass_rate": 0.0, "eval/pass@4": 0.0}, 300, False)  # no RL after it
+    with caplog.at_level(logging.WARNING, logger="rl.phases.sft"):
+        warn_if_nothing_to_learn({"eval/greedy_pass_rate": 0.0, "eval/pass@1": 0.01, "eval/pass@4": 0.04}, 300, True)
+        warn_if_nothing_to_learn({"eval/greedy_pass_rate": 0.0, "eval/pass@4": 0.0}, 300, False)  # no RL after it
     assert caplog.text == ""

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rl.phases.time_split import SPLIT
 from rl.run.metrics import read_metrics, without_timing
-from rl.run.time_split import SPLIT
 from tests.rl.test_train import REPO, _assert_resumed, _env, _final_params, _latest_checkpoint
 from tests.sandbox.conftest import backend_or_skip
 

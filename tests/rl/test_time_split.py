@@ -1,4 +1,4 @@
-"""The RL step's wall-time split (rl.run.time_split): parts that add up to the step, never more."""
+"""The RL step's wall-time split (rl.phases.time_split): parts that add up to the step, never more."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import types
 
 import pytest
 
-from rl.run.time_split import SPLIT, rollout_split, wait_s
+from rl.phases.time_split import SPLIT, rollout_split, wait_s
 
 
 def _episodes(*verify_s: float) -> list[types.SimpleNamespace]:

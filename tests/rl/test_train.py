@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rl.phases.time_split import SPLIT
 from rl.rollout import trajectory
 from rl.run.metrics import read_metrics, without_timing
-from rl.run.time_split import SPLIT
 from tests.conftest import import_or_skip
 from tests.sandbox.conftest import backend_or_skip
 
