@@ -91,8 +91,13 @@ def _in_range(value: Any, meta: Mapping[str, Any]) -> bool:
     return "check" not in meta or bool(meta["check"](value))
 
 
+def _need(ok: bool, path: str, expected: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{path}: expected {expected}, got {value!r}")
+
+
 def _value(value: Any, hint: Any, meta: Mapping[str, Any], path: str) -> Any:
-    """``value`` checked against the field's type and range, converted to the dataclass's form."""
+    """``value`` checked against the field's type and range (errors name ``path``), in the dataclass's form."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
@@ -100,16 +105,16 @@ def _value(value: Any, hint: Any, meta: Mapping[str, Any], path: str) -> Any:
         (hint,) = [a for a in args if a is not type(None)]
         origin, args = typing.get_origin(hint), typing.get_args(hint)
     if dataclasses.is_dataclass(hint):
-        return load(hint, value, path)
+        return value if isinstance(value, hint) else load(hint, value, path.removeprefix("config."))
     if origin is tuple:
         ok = isinstance(value, (list, tuple)) and all(isinstance(v, args[0]) for v in value)
-        need(ok and _in_range(tuple(value), meta), path, meta.get("expected", f"a list of {_kind(args[0])}s"), value)
+        _need(ok and _in_range(tuple(value), meta), path, meta.get("expected", f"a list of {_kind(args[0])}s"), value)
         return tuple(value)
     if origin is not None and issubclass(origin, Mapping):
-        need(isinstance(value, Mapping), path, meta.get("expected", "a mapping"), value)
+        _need(isinstance(value, Mapping), path, meta.get("expected", "a mapping"), value)
         inner = args[1] if args else Any
         if dataclasses.is_dataclass(inner):
-            return types.MappingProxyType({k: load(inner, v, f"{path}.{k}") for k, v in value.items()})
+            return types.MappingProxyType({k: _value(v, inner, {}, f"{path}.{k}") for k, v in value.items()})
         return types.MappingProxyType({k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()})
     typed = {
         bool: isinstance(value, bool),
@@ -117,8 +122,29 @@ def _value(value: Any, hint: Any, meta: Mapping[str, Any], path: str) -> Any:
         float: _is_real(value),
         str: isinstance(value, str),
     }.get(hint, True)
-    need(typed and _in_range(value, meta), path, _expected(hint, meta), value)
+    _need(typed and _in_range(value, meta), path, _expected(hint, meta), value)
     return value
+
+
+def need_field(ok: bool, obj: Any, name: str, expected: str) -> None:
+    """A check relating fields of a dataclass built directly: ``Type.name: expected ..., got <its value>``
+    (``name`` may be dotted: ``loss.aggregation``)."""
+    value = obj
+    for part in name.split("."):
+        value = getattr(value, part)
+    _need(ok, f"{type(obj).__name__}.{name}", expected, value)
+
+
+def validate(obj: Any) -> None:
+    """Checks every field of dataclass ``obj`` against its type and range, as :func:`load` does, for a
+    dataclass built directly (call it from ``__post_init__``): ``LearnerConfig.b2: expected ...``."""
+    cls = type(obj)
+    hints = typing.get_type_hints(cls)
+    for name, f in fields(cls).items():
+        value, hint, path = getattr(obj, name), hints[name], f"{cls.__name__}.{name}"
+        if dataclasses.is_dataclass(hint):  # built directly: a section is its dataclass, not config data
+            _need(isinstance(value, hint), path, f"a {hint.__module__}.{hint.__name__}", value)
+        _value(value, hint, f.metadata, path)
 
 
 def fields(cls: type, *, only: Iterable[str] | None = None) -> dict[str, dataclasses.Field]:
@@ -156,20 +182,17 @@ def values(
     ]
     node = check_keys(node, where, known, [*needed, *required])
     hints = typing.get_type_hints(cls)
-    return {k: _value(v, hints[k], known[k].metadata, f"{where}.{k}") for k, v in node.items()}
+    return {k: _value(v, hints[k], known[k].metadata, f"config.{where}.{k}") for k, v in node.items()}
 
 
 def load(cls: type, node: Any, where: str, *, only: Iterable[str] | None = None, **extra: Any) -> Any:
     """``cls(**values, **extra)``: the section ``where`` read and checked; a ``ValueError`` of the
     dataclass's own checks is reported at the field's config path."""
+    checked = values(cls, node, where, only=only)
     try:
-        return cls(**values(cls, node, where, only=only), **extra)
-    except (TypeError, ValueError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
-        raise ConfigError(
-            re.sub(rf"^({cls.__name__}|{where.rsplit('.', 1)[-1]})\.", f"config.{where}.", str(exc))
-        ) from exc
+        return cls(**checked, **extra)
+    except (TypeError, ValueError) as exc:  # the dataclass's own checks: named by the field's config path
+        raise ConfigError(re.sub(rf"^{cls.__name__}\.", f"config.{where}.", str(exc))) from exc
 
 
 def _data(value: Any) -> Any:

@@ -9,9 +9,8 @@ Validated on construction, so a bad value fails before anything compiles.
 from __future__ import annotations
 
 import dataclasses
-import math
-from typing import Any
 
+from rl.config.schema import need_field, setting, validate
 from rl.learning.losses import PolicyLossConfig
 from rl.learning.preference import PreferenceConfig
 
@@ -24,18 +23,6 @@ SPLITTABLE_AGGREGATIONS = ("token", "sequence", "constant")
 # The sampler's ``raw_logprobs`` are taken at temperature 1 over the full vocabulary: the learner's
 # importance ratios compare against them at this temperature.
 RAW_LOGPROB_TEMPERATURE = 1.0
-
-
-def _fail(field: str, expected: str, value: Any) -> None:
-    raise ValueError(f"LearnerConfig.{field}: expected {expected}, got {value!r}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,66 +74,38 @@ class LearnerConfig:
         the default scheduler runs every layer's recomputation ahead of the backward pass.
     """
 
-    objective: str = "policy"
-    learning_rate: float = 1e-6
-    warmup_steps: int = 0
-    total_steps: int = 1000
-    end_lr_ratio: float = 0.1
-    decay_start: int = 0
-    weight_decay: float = 0.0
-    b1: float = 0.9
-    b2: float = 0.99  # the runs' value (configs.common.optimizer reads it): shorter memory than Adam's 0.999
-    eps: float = 1e-8
-    grad_clip_norm: float | None = 1.0
-    microbatches: int = 1
-    microbatch_tokens: int = 8192
-    logits_chunk_mib: int = 64
-    temperature: float = RAW_LOGPROB_TEMPERATURE
-    loss: PolicyLossConfig = dataclasses.field(default_factory=PolicyLossConfig)
-    trainable: str = "all"
+    objective: str = setting("policy", choices=OBJECTIVES)
+    learning_rate: float = setting(1e-6, check=lambda v: v > 0, expected="a finite float > 0")
+    warmup_steps: int = setting(0, low=0)
+    total_steps: int = setting(1000, low=1)
+    end_lr_ratio: float = setting(0.1, low=0, high=1, expected="a float in [0, 1]")
+    decay_start: int = setting(0, low=0)
+    weight_decay: float = setting(0.0, low=0, expected="a finite float >= 0")
+    b1: float = setting(0.9, check=lambda v: 0 <= v < 1, expected="a float in [0, 1)")
+    # b2: the runs' value (configs.common.optimizer reads it): shorter memory than Adam's 0.999
+    b2: float = setting(0.99, check=lambda v: 0 <= v < 1, expected="a float in [0, 1)")
+    eps: float = setting(1e-8, check=lambda v: 0 < v < 1, expected="a float in (0, 1)")
+    grad_clip_norm: float | None = setting(1.0, check=lambda v: v > 0, expected="None or a finite float > 0")
+    microbatches: int = setting(1, low=1)
+    microbatch_tokens: int = setting(8192, low=0, expected="an int >= 0 (0: off)")
+    logits_chunk_mib: int = setting(64, low=0, expected="an int >= 0 (0: off)")
+    temperature: float = setting(
+        RAW_LOGPROB_TEMPERATURE,
+        check=lambda v: v > 0,
+        expected="a finite float > 0 (the sampler's; 1.0 for raw_logprobs)",
+    )
+    loss: PolicyLossConfig = setting(factory=PolicyLossConfig)
+    trainable: str = setting("all", choices=TRAINABLE)
     remat: bool = False
-    preference: PreferenceConfig = dataclasses.field(default_factory=PreferenceConfig)
+    preference: PreferenceConfig = setting(factory=PreferenceConfig)
 
     def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            _fail("objective", f"one of {OBJECTIVES}", self.objective)
-        if not (_real(self.learning_rate) and self.learning_rate > 0):
-            _fail("learning_rate", "a finite float > 0", self.learning_rate)
-        if not (_is_int(self.total_steps) and self.total_steps >= 1):
-            _fail("total_steps", "an int >= 1", self.total_steps)
-        if not (_is_int(self.warmup_steps) and 0 <= self.warmup_steps <= self.total_steps):
-            _fail("warmup_steps", f"an int in [0, total_steps={self.total_steps}]", self.warmup_steps)
-        if not (_is_int(self.decay_start) and 0 <= self.decay_start <= self.total_steps):
-            _fail("decay_start", f"an int in [0, total_steps={self.total_steps}]", self.decay_start)
-        if not (_real(self.end_lr_ratio) and 0.0 <= self.end_lr_ratio <= 1.0):
-            _fail("end_lr_ratio", "a float in [0, 1]", self.end_lr_ratio)
-        if not (_real(self.weight_decay) and self.weight_decay >= 0.0):
-            _fail("weight_decay", "a finite float >= 0", self.weight_decay)
-        for name in ("b1", "b2"):
-            if not (_real(getattr(self, name)) and 0.0 <= getattr(self, name) < 1.0):
-                _fail(name, "a float in [0, 1)", getattr(self, name))
-        if not (_real(self.eps) and 0.0 < self.eps < 1.0):
-            _fail("eps", "a float in (0, 1)", self.eps)
-        if self.grad_clip_norm is not None and not (_real(self.grad_clip_norm) and self.grad_clip_norm > 0):
-            _fail("grad_clip_norm", "None or a finite float > 0", self.grad_clip_norm)
-        if not (_is_int(self.microbatches) and self.microbatches >= 1):
-            _fail("microbatches", "an int >= 1", self.microbatches)
-        if not (_is_int(self.microbatch_tokens) and self.microbatch_tokens >= 0):
-            _fail("microbatch_tokens", "an int >= 0 (0: off)", self.microbatch_tokens)
-        if not (_is_int(self.logits_chunk_mib) and self.logits_chunk_mib >= 0):
-            _fail("logits_chunk_mib", "an int >= 0 (0: off)", self.logits_chunk_mib)
-        if not (_real(self.temperature) and self.temperature > 0):
-            _fail("temperature", "a finite float > 0 (the sampler's; 1.0 for raw_logprobs)", self.temperature)
-        if self.trainable not in TRAINABLE:
-            _fail("trainable", f"one of {TRAINABLE}", self.trainable)
-        if not isinstance(self.remat, bool):
-            _fail("remat", "a bool", self.remat)
-        if not isinstance(self.loss, PolicyLossConfig):
-            _fail("loss", "a rl.learning.losses.PolicyLossConfig", self.loss)
-        if not isinstance(self.preference, PreferenceConfig):
-            _fail("preference", "a rl.learning.preference.PreferenceConfig", self.preference)
-        if self.microbatches > 1 and self.loss.aggregation not in SPLITTABLE_AGGREGATIONS:
-            _fail("loss.aggregation", f"one of {SPLITTABLE_AGGREGATIONS} when microbatches > 1", self.loss.aggregation)
+        validate(self)
+        in_steps = f"an int in [0, total_steps={self.total_steps}]"
+        need_field(self.warmup_steps <= self.total_steps, self, "warmup_steps", in_steps)
+        need_field(self.decay_start <= self.total_steps, self, "decay_start", in_steps)
+        splittable = self.microbatches == 1 or self.loss.aggregation in SPLITTABLE_AGGREGATIONS
+        need_field(splittable, self, "loss.aggregation", f"one of {SPLITTABLE_AGGREGATIONS} when microbatches > 1")
 
     @property
     def use_reference(self) -> bool:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from rl.config.schema import setting
+from rl.config.schema import setting, validate
 
 Array = jax.Array
 
@@ -117,31 +117,17 @@ class PolicyLossConfig:
     sequence-level and far narrower (the GSPO paper: ``clip_low=3e-4``, ``clip_high=4e-4``).
     """
 
-    name: str = "ppo_clip"
-    clip_low: float = 0.2
-    clip_high: float = 0.2
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
-    aggregation: str = "token"
-    tis_cap: float = 0.0
+    name: str = setting("ppo_clip", choices=lambda: POLICY_LOSSES)
+    clip_low: float = setting(0.2, check=lambda v: 0 <= v < 10, expected="a ratio margin in [0, 10)")
+    clip_high: float = setting(0.2, check=lambda v: 0 <= v < 10, expected="a ratio margin in [0, 10)")
+    kl_coef: float = setting(0.0, low=0)
+    entropy_coef: float = setting(0.0, low=0)
+    aggregation: str = setting("token", choices=lambda: AGGREGATIONS)
+    tis_cap: float = setting(0.0, check=lambda v: 0 <= v < 1e6, expected="0 (off) or a cap > 0")
     max_len: int | None = setting(None, derived=True)  # the run's loop.max_len, not a config field
 
     def __post_init__(self):
-        if self.name not in POLICY_LOSSES:
-            raise ValueError(f"PolicyLossConfig.name: expected one of {sorted(POLICY_LOSSES)}, got {self.name!r}")
-        for name in ("clip_low", "clip_high"):
-            value = getattr(self, name)
-            if not 0.0 <= value < 10.0:
-                raise ValueError(f"PolicyLossConfig.{name}: expected a ratio margin in [0, 10), got {value!r}")
-        for name in ("kl_coef", "entropy_coef"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"PolicyLossConfig.{name}: expected >= 0, got {getattr(self, name)!r}")
-        if not 0.0 <= self.tis_cap < 1e6:
-            raise ValueError(f"PolicyLossConfig.tis_cap: expected 0 (off) or a cap > 0, got {self.tis_cap!r}")
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(
-                f"PolicyLossConfig.aggregation: expected one of {sorted(AGGREGATIONS)}, got {self.aggregation!r}"
-            )
+        validate(self)
 
 
 def kl_k3(logprobs: Array, ref_logprobs: Array) -> Array:

@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rl.config.schema import setting, validate
 from rl.generation.tokenizer import Tokenizer
 from rl.learning.batch import DEFAULT_BATCH_BUCKETS, DEFAULT_LENGTH_BUCKETS, TrainBatch, round_up
 
@@ -54,22 +55,13 @@ class PreferenceConfig:
       gamma: SimPO's target margin (ignored by DPO).
     """
 
-    loss: str = "dpo"
-    beta: float = 0.1
-    label_smoothing: float = 0.0
+    loss: str = setting("dpo", choices=PREFERENCE_LOSSES)
+    beta: float = setting(0.1, check=lambda v: v > 0, expected="a number > 0")
+    label_smoothing: float = setting(0.0, check=lambda v: 0 <= v < 0.5, expected="a number in [0, 0.5)")
     gamma: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.loss not in PREFERENCE_LOSSES:
-            raise ValueError(f"PreferenceConfig.loss: expected one of {PREFERENCE_LOSSES}, got {self.loss!r}")
-        if not (isinstance(self.beta, (int, float)) and self.beta > 0):
-            raise ValueError(f"PreferenceConfig.beta: expected a number > 0, got {self.beta!r}")
-        if not (isinstance(self.label_smoothing, (int, float)) and 0 <= self.label_smoothing < 0.5):
-            raise ValueError(
-                f"PreferenceConfig.label_smoothing: expected a number in [0, 0.5), got {self.label_smoothing!r}"
-            )
-        if not isinstance(self.gamma, (int, float)):
-            raise ValueError(f"PreferenceConfig.gamma: expected a number, got {self.gamma!r}")
+        validate(self)
 
     @property
     def uses_reference(self) -> bool:

@@ -40,6 +40,7 @@ from jax.sharding import Mesh
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from rl.config.schema import setting, validate
 from rl.models.sharding import Rules, state_shardings
 
 #: Projections that can carry an adapter: attention (``q``, ``k``, ``v``, ``o``) and MLP (``gate``, ``up``, ``down``).
@@ -66,30 +67,21 @@ class LoRAConfig:
       seed: initialisation of ``A`` (and the dropout stream).
     """
 
-    rank: int = 16
-    alpha: float = 32.0
-    dropout: float = 0.0
-    target_modules: tuple[str, ...] = TARGETS
-    param_dtype: str = "float32"
+    rank: int = setting(16, low=1)
+    alpha: float = setting(32.0, check=lambda v: v > 0, expected="a number > 0")
+    dropout: float = setting(0.0, check=lambda v: 0 <= v < 1, expected="a float in [0, 1)")
+    target_modules: tuple[str, ...] = setting(
+        TARGETS,
+        check=lambda t: bool(t) and set(t) <= set(TARGETS) and len(set(t)) == len(t),
+        expected=f"distinct names among {TARGETS}",
+    )
+    param_dtype: str = setting("float32", choices=_DTYPES)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "target_modules", tuple(self.target_modules))
-        if not (isinstance(self.rank, int) and not isinstance(self.rank, bool) and self.rank >= 1):
-            raise ValueError(f"LoRAConfig.rank: expected an int >= 1, got {self.rank!r}")
-        if not (isinstance(self.alpha, (int, float)) and not isinstance(self.alpha, bool) and self.alpha > 0):
-            raise ValueError(f"LoRAConfig.alpha: expected a number > 0, got {self.alpha!r}")
-        if not (isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0):
-            raise ValueError(f"LoRAConfig.dropout: expected a float in [0, 1), got {self.dropout!r}")
-        unknown = [t for t in self.target_modules if t not in TARGETS]
-        if unknown or not self.target_modules or len(set(self.target_modules)) != len(self.target_modules):
-            raise ValueError(
-                f"LoRAConfig.target_modules: expected distinct names among {TARGETS}, got {self.target_modules!r}"
-            )
-        if self.param_dtype not in _DTYPES:
-            raise ValueError(f"LoRAConfig.param_dtype: expected one of {_DTYPES}, got {self.param_dtype!r}")
-        if not isinstance(self.seed, int):
-            raise ValueError(f"LoRAConfig.seed: expected an int, got {self.seed!r}")
+        if isinstance(self.target_modules, list):
+            object.__setattr__(self, "target_modules", tuple(self.target_modules))
+        validate(self)
 
     @property
     def scale(self) -> float:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from envs import MIN_TURNS, AgentEnv, Task, Verification, env_for_domain
+from rl.config.schema import need_field, setting, validate
 from rl.generation.sampler import Completion, SamplingParams
 from rl.generation.tokenizer import Tokenizer
 from rl.rollout.trajectory import DECODINGS, EpisodeRecord
@@ -61,46 +62,25 @@ class RolloutConfig:
         the episode is dropped as an anomaly (engine rollouts).
     """
 
-    group_size: int = 8
-    max_turns: int = 4
-    max_new_tokens: int = 256
+    group_size: int = setting(8, low=1)
+    max_turns: int = setting(4, low=ENV_MIN_TURNS, expected=f"an int >= {ENV_MIN_TURNS} (the environments' minimum)")
+    max_new_tokens: int = setting(256, low=1)
     max_context: int = 2048
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float = setting(1.0, low=0)
+    top_p: float = setting(1.0, check=lambda v: 0 < v <= 1, expected="a number in (0, 1]")
+    top_k: int = setting(0, low=0)
     render_tools: bool = True
-    env_workers: int = 8
-    tool_timeout_s: float = 30.0
-    env_kwargs: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    env_workers: int = setting(8, low=1)
+    tool_timeout_s: float = setting(30.0, check=lambda v: v > 0, expected="seconds > 0")
+    env_kwargs: Mapping[str, Mapping[str, Any]] = setting(factory=dict)
     engine: bool = True
-    engine_slots: int = 0
+    engine_slots: int = setting(0, low=0)
     step_deadline_s: float = 600.0
 
     def __post_init__(self):
-        def need(cond: bool, field: str, expected: str) -> None:
-            if not cond:
-                raise ValueError(f"rollout.{field}: expected {expected}, got {getattr(self, field)!r}")
-
-        need(isinstance(self.group_size, int) and self.group_size >= 1, "group_size", "an int >= 1")
-        need(
-            isinstance(self.max_turns, int) and self.max_turns >= ENV_MIN_TURNS,
-            "max_turns",
-            f"an int >= {ENV_MIN_TURNS} (the environments' minimum)",
-        )
-        need(isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1, "max_new_tokens", "an int >= 1")
-        need(
-            isinstance(self.max_context, int) and self.max_context > self.max_new_tokens,
-            "max_context",
-            "an int > max_new_tokens",
-        )
-        need(self.temperature >= 0, "temperature", "a number >= 0")
-        need(0 < self.top_p <= 1, "top_p", "a number in (0, 1]")
-        need(isinstance(self.top_k, int) and self.top_k >= 0, "top_k", "an int >= 0")
-        need(isinstance(self.env_workers, int) and self.env_workers >= 1, "env_workers", "an int >= 1")
-        need(self.tool_timeout_s > 0, "tool_timeout_s", "seconds > 0")
-        need(isinstance(self.engine, bool), "engine", "True or False")
-        need(isinstance(self.engine_slots, int) and self.engine_slots >= 0, "engine_slots", "an int >= 0")
-        need(self.step_deadline_s > self.tool_timeout_s, "step_deadline_s", "seconds > tool_timeout_s")
+        validate(self)
+        need_field(self.max_context > self.max_new_tokens, self, "max_context", "an int > max_new_tokens")
+        need_field(self.step_deadline_s > self.tool_timeout_s, self, "step_deadline_s", "seconds > tool_timeout_s")
 
 
 @dataclasses.dataclass
