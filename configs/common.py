@@ -14,18 +14,8 @@ from typing import Any
 
 import ml_collections as mlc
 
+from rl.config import sections
 from rl.config.schema import defaults, fields, to_config
-from rl.config.sections import (
-    OPTIMIZER_FIELDS,
-    AlgorithmSettings,
-    EvalSettings,
-    LoopSettings,
-    MeshSettings,
-    ModelSettings,
-    PoolSettings,
-    SandboxSettings,
-    SFTSettings,
-)
 from rl.learning.learner_config import LearnerConfig
 from rl.learning.losses import PolicyLossConfig
 from rl.models.lora import LoRAConfig
@@ -35,12 +25,12 @@ from rl.phases.reward_model import RewardModelSettings
 from rl.rollout.episode_driver import RolloutConfig
 
 
-def model(preset: str = ModelSettings.preset, **values: Any) -> mlc.ConfigDict:
+def model(preset: str = sections.ModelSettings.preset, **values: Any) -> mlc.ConfigDict:
     """``config.model`` (:class:`~rl.config.sections.ModelSettings`): a preset of ``rl.models.PRESETS``
     or, with ``path=``, a local Hugging Face directory. Keywords that are not its fields override
     the preset's (``num_layers=4``)."""
-    own = {k: values.pop(k) for k in list(values) if k in fields(ModelSettings)}
-    return to_config(ModelSettings, preset=preset, **own, overrides={**own.pop("overrides", {}), **values})
+    own = {k: values.pop(k) for k in list(values) if k in fields(sections.ModelSettings)}
+    return to_config(sections.ModelSettings, preset=preset, **own, overrides={**own.pop("overrides", {}), **values})
 
 
 def lora(rank: int = LoRAConfig.rank, **values: Any) -> mlc.ConfigDict:
@@ -51,24 +41,24 @@ def lora(rank: int = LoRAConfig.rank, **values: Any) -> mlc.ConfigDict:
 
 def mesh(**axes: int) -> mlc.ConfigDict:
     """``config.mesh`` (:class:`~rl.config.sections.MeshSettings`): axis sizes, e.g. ``mesh(fsdp=4)``."""
-    return to_config(MeshSettings, shape={**defaults(MeshSettings)["shape"], **axes})
+    return to_config(sections.MeshSettings, shape={**defaults(sections.MeshSettings)["shape"], **axes})
 
 
-def pool(source: str, weight: float = PoolSettings.weight, split: str | None = None) -> dict[str, Any]:
+def pool(source: str, weight: float = sections.PoolSettings.weight, split: str | None = None) -> dict[str, Any]:
     """One task pool (:class:`~rl.config.sections.PoolSettings`): ``builtin:math``, ``arithmetic:train``..."""
-    return to_config(PoolSettings, source=source, weight=weight, split=split).to_dict()
+    return to_config(sections.PoolSettings, source=source, weight=weight, split=split).to_dict()
 
 
-def sandbox(backend: str = SandboxSettings.backend, **values: Any) -> mlc.ConfigDict:
+def sandbox(backend: str = sections.SandboxSettings.backend, **values: Any) -> mlc.ConfigDict:
     """``config.sandbox`` (:class:`~rl.config.sections.SandboxSettings`): where tool calls run."""
-    return to_config(SandboxSettings, backend=backend, **values)
+    return to_config(sections.SandboxSettings, backend=backend, **values)
 
 
 def _algorithm(name: str, values: dict[str, Any]) -> mlc.ConfigDict:
     """``config.algorithm``: ``values`` split between the algorithm's fields and its loss's."""
     loss = {"name": values.pop("policy_loss", PolicyLossConfig.name)}
-    own = {k: values.pop(k) for k in list(values) if k in fields(AlgorithmSettings)}
-    return to_config(AlgorithmSettings, name=name, **own, loss=PolicyLossConfig(**loss, **values))
+    own = {k: values.pop(k) for k in list(values) if k in fields(sections.AlgorithmSettings)}
+    return to_config(sections.AlgorithmSettings, name=name, **own, loss=PolicyLossConfig(**loss, **values))
 
 
 def grpo(**values: Any) -> mlc.ConfigDict:
@@ -98,7 +88,7 @@ def optimizer(learning_rate: float = 3e-4, *, warmup_steps: int = 5, **values: A
     linear warmup then cosine decay, ``remat``, ``logits_chunk_mib``...), its defaults theirs; the
     rate and warmup here are RL's schedule, and this builder's a starting point for small models."""
     return to_config(
-        LearnerConfig, only=OPTIMIZER_FIELDS, learning_rate=learning_rate, warmup_steps=warmup_steps, **values
+        LearnerConfig, only=sections.OPTIMIZER_FIELDS, learning_rate=learning_rate, warmup_steps=warmup_steps, **values
     )
 
 
@@ -107,9 +97,9 @@ def rollout(**values: Any) -> mlc.ConfigDict:
     return to_config(RolloutConfig, **values)
 
 
-def sft(steps: int = SFTSettings.steps, **values: Any) -> mlc.ConfigDict:
+def sft(steps: int = sections.SFTSettings.steps, **values: Any) -> mlc.ConfigDict:
     """``config.sft`` (:class:`~rl.config.sections.SFTSettings`): an optional supervised warm start."""
-    return to_config(SFTSettings, steps=steps, **values)
+    return to_config(sections.SFTSettings, steps=steps, **values)
 
 
 def preference(steps: int = PreferenceSettings.steps, **values: Any) -> mlc.ConfigDict:
@@ -131,12 +121,12 @@ def learned_reward(path: str, **values: Any) -> mlc.ConfigDict:
 
 def evaluation(pools: dict[str, dict[str, Any]], **values: Any) -> mlc.ConfigDict:
     """``config.eval`` (:class:`~rl.config.sections.EvalSettings`): held-out evaluation on ``pools``."""
-    return to_config(EvalSettings, pools=pools, **values)
+    return to_config(sections.EvalSettings, pools=pools, **values)
 
 
 def loop(**values: Any) -> mlc.ConfigDict:
     """``config.loop`` (:class:`~rl.config.sections.LoopSettings`): steps, checkpoints, packing, async."""
-    return to_config(LoopSettings, **values)
+    return to_config(sections.LoopSettings, **values)
 
 
 def variant(arg: str | None, config_file: str, *known: str) -> str | None:

@@ -23,28 +23,22 @@ from typing import Any
 from envs import Task
 from rl.generation.sampler import Completion, Sampler
 from rl.generation.tokenizer import Tokenizer
-from rl.rollout.episode_driver import (
-    ContextMeter,
-    EnvCache,
-    EpisodeDriver,
-    RolloutConfig,
-    RolloutHandle,
-    RolloutResult,
-    check_decoding,
-)
+from rl.rollout import episode_driver as ed
 from rl.rollout.trajectory import EpisodeRecord
 
 
 class Rollout:
     """Runs groups of episodes with one sampler and a cache of environments."""
 
-    def __init__(self, sampler: Sampler, tokenizer: Tokenizer, config: RolloutConfig, envs: EnvCache, *, seed: int = 0):
+    def __init__(
+        self, sampler: Sampler, tokenizer: Tokenizer, config: ed.RolloutConfig, envs: ed.EnvCache, *, seed: int = 0
+    ):
         self.sampler = sampler
         self.tokenizer = tokenizer
         self.config = config
         self.envs = envs
         self.seed = seed
-        self.driver = EpisodeDriver(tokenizer, config, seed=seed)
+        self.driver = ed.EpisodeDriver(tokenizer, config, seed=seed)
         self._pool = cf.ThreadPoolExecutor(config.env_workers, thread_name_prefix="agentrl-env")
 
     def close(self) -> None:
@@ -65,7 +59,7 @@ class Rollout:
         weights: Any = None,
         policy_version: int | None = None,
         groups: Collection[int] | None = None,
-    ) -> RolloutResult:
+    ) -> ed.RolloutResult:
         """``group_size`` episodes for each task; greedy decoding (or another temperature) for evaluation.
 
         ``decoding`` is ``"sampled"`` (at ``temperature``, by default the config's) or ``"greedy"``.
@@ -75,7 +69,7 @@ class Rollout:
         these tasks (indices into ``tasks``), the others' episodes being another process's
         (:mod:`rl.rollout.split`); an episode's group is always its task's index in ``tasks``.
         """
-        check_decoding(decoding, "Rollout.run")
+        ed.check_decoding(decoding, "Rollout.run")
         self._use_weights(weights)
         greedy = decoding == "greedy"
         k = group_size or self.config.group_size
@@ -84,7 +78,7 @@ class Rollout:
         episodes = self.driver.new_episodes(tasks, step, k, decoding, policy_version, groups)
         envs = [self.envs.get(e.domain) for e in episodes]
         tasks_of = [tasks[e.group] for e in episodes]
-        meters = [ContextMeter(self.tokenizer, e) for e in episodes]
+        meters = [ed.ContextMeter(self.tokenizer, e) for e in episodes]
         resets = list(self._pool.map(self.driver.reset, envs, episodes, tasks_of, meters))
         timing = {"reset_s": time.perf_counter() - t0, "generate_s": 0.0, "env_s": 0.0}
         active = [i for i, ok in enumerate(resets) if ok]
@@ -104,10 +98,10 @@ class Rollout:
             self.envs.put(env)
         return self.driver.finish(episodes, tasks, timing, t0)
 
-    def start(self, tasks: Sequence[Task], **kwargs: Any) -> RolloutHandle:
+    def start(self, tasks: Sequence[Task], **kwargs: Any) -> ed.RolloutHandle:
         """Begins a rollout (arguments as :meth:`run`). Lock-step runs it to the end right here;
         :class:`~rl.rollout.engine_rollout.EngineRollout` returns at once and runs it in :meth:`advance`."""
-        return RolloutHandle(result=self.run(tasks, **kwargs))
+        return ed.RolloutHandle(result=self.run(tasks, **kwargs))
 
     def advance(self, timeout: float | None = None) -> None:
         """Moves started rollouts forward; lock-step's are finished by :meth:`start`, so there is nothing to do."""
