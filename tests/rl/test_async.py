@@ -23,6 +23,7 @@ import pytest
 
 from configs import quickstart
 from rl.config.settings import load_settings
+from rl.phases.rl_phase import RLPhase
 from rl.rollout import trajectory
 from rl.rollout.task_stream import TaskCatalog
 from rl.run.experiment import build
@@ -54,6 +55,11 @@ def _train(workdir: Path, *extra: str) -> list[str]:
     return ["rl.train", "--config=configs/quickstart.py", f"--workdir={workdir}", *SHORT, *extra]
 
 
+def _producer(trainer: Trainer) -> object:
+    """The RL phase's producer thread (None: the phase sampled inline)."""
+    return next(p for p in trainer.phases if isinstance(p, RLPhase)).producer
+
+
 def _train_in_process(workdir: Path, synchronous: bool | None) -> Trainer:
     config = quickstart.get_config("test")
     catalog = TaskCatalog()
@@ -71,8 +77,8 @@ def test_staleness_zero_is_the_synchronous_loop(tmp_path):
     ends bit for bit where the inline loop does."""
     backend_or_skip("bwrap")
     assert quickstart.get_config("test").loop.max_staleness == 0
-    assert _train_in_process(tmp_path / "sync", synchronous=None).producer is None
-    assert _train_in_process(tmp_path / "producer", synchronous=False).producer is not None  # control
+    assert _producer(_train_in_process(tmp_path / "sync", synchronous=None)) is None
+    assert _producer(_train_in_process(tmp_path / "producer", synchronous=False)) is not None  # control
     assert without_timing(read_metrics(tmp_path / "sync")) == without_timing(read_metrics(tmp_path / "producer"))
     a, b = _final_params(tmp_path / "sync"), _final_params(tmp_path / "producer")
     for key in a:
