@@ -14,6 +14,7 @@ a package that is missing is then a broken install, so the tests that need it fa
 import importlib
 import json
 import os
+import signal
 import tempfile
 from types import ModuleType
 
@@ -45,6 +46,16 @@ def import_or_skip(module: str) -> ModuleType:
 # `make test-durations` records the times afresh from a whole run.
 DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
 FAST_LIMIT_S = 0.5
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background by a shell without job control (``pytest ... &`` in a script)
+    inherits SIGINT ignored, and so would every process it starts: the tests of what SIGINT does
+    would then fail for a reason that is not the code's. Python's own handler puts it back (a
+    handler, unlike "ignored", is not inherited across exec: children start with the default)."""
+    del config
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -160,7 +160,7 @@ def test_a_rematerialised_reward_model_step_trains_like_the_plain_one(single_mes
 
 
 def test_remat_is_refused_where_it_has_no_meaning():
-    with pytest.raises(ValueError, match=r"LearnerConfig\.remat: expected a bool"):
+    with pytest.raises(ValueError, match=r"LearnerConfig\.remat: expected True or False"):
         LearnerConfig(remat="yes")
     model = _model(False)
     cache = KVCache.zeros(MODEL, 1, 8)
