@@ -70,6 +70,13 @@ class ModelSettings:
     lora: LoRAConfig | None = None
     config: ModelConfig | None = setting(None, derived=True)
 
+    @property
+    def tokenizer_spec(self) -> str:
+        """``"byte"``, or the tokenizer.json (or directory) the model uses (``tokenizer=""``: the one in ``path``)."""
+        if self.tokenizer == "byte" or (self.tokenizer == "" and not self.path):
+            return "byte"
+        return self.tokenizer or self.path
+
 
 @dataclasses.dataclass(frozen=True)
 class MeshSettings:

@@ -76,11 +76,10 @@ def _model(node: Any) -> ModelSettings:
             where = "model" if field and field.group(1) in ("dtype", "param_dtype") else "model.overrides"
             raise ConfigError(re.sub(r"^ModelConfig\.", f"config.{where}.", str(exc))) from exc
         m = dataclasses.replace(m, config=config)
-    spec = m.tokenizer
-    hf = spec if spec not in ("", "byte") else m.path if spec == "" else ""
-    if hf:
+    hf = m.tokenizer_spec
+    if hf != "byte":
         file = Path(hf) / "tokenizer.json" if Path(hf).is_dir() else Path(hf)
-        need(file.is_file(), "model.tokenizer", "'byte', or a tokenizer.json (or its directory)", spec or m.path)
+        need(file.is_file(), "model.tokenizer", "'byte', or a tokenizer.json (or its directory)", hf)
     return m
 
 

@@ -216,5 +216,5 @@ class HFTokenizer(Tokenizer):
 
 
 def load_tokenizer(path: str | os.PathLike[str] | None = None) -> Tokenizer:
-    """``HFTokenizer`` for a directory / ``tokenizer.json``; the :class:`ByteTokenizer` for ``None``."""
-    return ByteTokenizer() if path is None else HFTokenizer(path)
+    """``HFTokenizer`` for a directory / ``tokenizer.json``; the :class:`ByteTokenizer` for ``None`` or ``"byte"``."""
+    return ByteTokenizer() if path is None or str(path) == "byte" else HFTokenizer(path)

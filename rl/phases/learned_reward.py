@@ -38,7 +38,7 @@ from envs.verifiers import VERIFIERS
 from envs.verifiers.learned import DEFAULT_SCORER, register_scorer, unregister_scorer
 from rl.config.errors import ConfigError
 from rl.config.schema import load, setting
-from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from rl.generation.tokenizer import Tokenizer, load_tokenizer
 from rl.learning.reward_model import (
     RewardModel,
     RewardModelInfo,
@@ -135,16 +135,12 @@ def parse_learned_reward(node: Mapping[str, Any] | None, env_kwargs: Mapping[str
     return s
 
 
-def make_tokenizer(spec: str) -> Tokenizer:
-    return ByteTokenizer() if spec == "byte" else HFTokenizer(spec)
-
-
 class Judge:
     """The scorer the ``learned`` verifier calls: transcript -> bounded score (see the module docstring)."""
 
     def __init__(self, model: RewardModel, info: RewardModelInfo, clip: float, tokenizer: Tokenizer | None = None):
         self.info, self.clip = info, float(clip)
-        self.tokenizer = tokenizer if tokenizer is not None else make_tokenizer(info.tokenizer)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(info.tokenizer)
         self.std = max(float(info.score_std), 1e-6)
         self.measured_accuracy: float | None = None  # set by install_judge's check
         graphdef, state = nnx.split(model)

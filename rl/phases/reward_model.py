@@ -89,9 +89,7 @@ def tokenizer_spec(exp: Any) -> str:
     """What the judge's tokenizer is: ``"byte"``, or the tokenizer.json (or directory) of the run's model."""
     if isinstance(exp.tokenizer, ByteTokenizer):
         return "byte"
-    model = exp.settings.model
-    spec = model.tokenizer if model.tokenizer not in ("", "byte") else model.path
-    return str(Path(spec).absolute())
+    return str(Path(exp.settings.model.tokenizer_spec).absolute())
 
 
 class RewardModelPhase(Phase):

@@ -29,7 +29,7 @@ from rl.config.errors import ConfigError
 from rl.config.sections import REWARD_MODEL_PHASE, ModelSettings, Settings
 from rl.generation.engine import DecodeEngine, EngineConfig
 from rl.generation.sampler import Sampler, SamplerConfig
-from rl.generation.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from rl.generation.tokenizer import Tokenizer, load_tokenizer
 from rl.learning.learner import Learner
 from rl.learning.learner_config import LearnerConfig
 from rl.learning.reward_learner import RewardLearner
@@ -48,13 +48,6 @@ from rl.run.metrics import MetricsWriter
 
 log = logging.getLogger(__name__)
 SAMPLER_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-
-
-def make_tokenizer(model: ModelSettings) -> Tokenizer:
-    """``"byte"`` (or ``""`` without a model directory): the byte-level tokenizer; else a tokenizer.json."""
-    if model.tokenizer in ("", "byte"):
-        return ByteTokenizer() if not model.path or model.tokenizer == "byte" else HFTokenizer(model.path)
-    return HFTokenizer(model.tokenizer)
 
 
 def make_model(model: ModelSettings, seed: int, mesh: jax.sharding.Mesh) -> Transformer:
@@ -213,7 +206,7 @@ def build(settings: Settings, workdir: str | os.PathLike, catalog: TaskCatalog, 
     if record and group.is_main:
         check_workdir(settings, workdir)
     mesh = sharding.make_mesh(dict(settings.mesh_shape))
-    tokenizer = make_tokenizer(settings.model)
+    tokenizer = load_tokenizer(settings.model.tokenizer_spec)
     model = make_model(settings.model, settings.seed, mesh)
     if tokenizer.vocab_size > model.config.vocab_size:
         raise ConfigError(
