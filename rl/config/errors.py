@@ -17,10 +17,16 @@ class ConfigError(ValueError):
     """A config field is wrong; the message names it (``config.rollout.group_size: ...``) and the fix."""
 
 
+def need_at(cond: bool, path: str, expected: str, value: Any) -> None:
+    """Raises ``<path>: expected <expected>, got <value>`` unless ``cond`` (``path``: ``config.loop.steps``,
+    or ``LearnerConfig.b2`` for a dataclass built directly)."""
+    if not cond:
+        raise ConfigError(f"{path}: expected {expected}, got {value!r}")
+
+
 def need(cond: bool, field: str, expected: str, value: Any) -> None:
     """Raises ``config.<field>: expected <expected>, got <value>`` unless ``cond``."""
-    if not cond:
-        raise ConfigError(f"config.{field}: expected {expected}, got {value!r}")
+    need_at(cond, f"config.{field}", expected, value)
 
 
 def unknown_field_message(path: str, known: Iterable[Any], what: str = "field") -> str:

@@ -28,7 +28,7 @@ from typing import Any
 
 import ml_collections as mlc
 
-from rl.config.errors import ConfigError, need, unknown_field_message
+from rl.config.errors import ConfigError, need, need_at, unknown_field_message
 
 _CHECKS = ("low", "high", "choices", "expected", "check")
 
@@ -91,11 +91,6 @@ def _in_range(value: Any, meta: Mapping[str, Any]) -> bool:
     return "check" not in meta or bool(meta["check"](value))
 
 
-def _need(ok: bool, path: str, expected: str, value: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{path}: expected {expected}, got {value!r}")
-
-
 def _value(value: Any, hint: Any, meta: Mapping[str, Any], path: str) -> Any:
     """``value`` checked against the field's type and range (errors name ``path``), in the dataclass's form."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
@@ -108,10 +103,10 @@ def _value(value: Any, hint: Any, meta: Mapping[str, Any], path: str) -> Any:
         return value if isinstance(value, hint) else load(hint, value, path.removeprefix("config."))
     if origin is tuple:
         ok = isinstance(value, (list, tuple)) and all(isinstance(v, args[0]) for v in value)
-        _need(ok and _in_range(tuple(value), meta), path, meta.get("expected", f"a list of {_kind(args[0])}s"), value)
+        need_at(ok and _in_range(tuple(value), meta), path, meta.get("expected", f"a list of {_kind(args[0])}s"), value)
         return tuple(value)
     if origin is not None and issubclass(origin, Mapping):
-        _need(isinstance(value, Mapping), path, meta.get("expected", "a mapping"), value)
+        need_at(isinstance(value, Mapping), path, meta.get("expected", "a mapping"), value)
         inner = args[1] if args else Any
         if dataclasses.is_dataclass(inner):
             return types.MappingProxyType({k: _value(v, inner, {}, f"{path}.{k}") for k, v in value.items()})
@@ -122,7 +117,7 @@ def _value(value: Any, hint: Any, meta: Mapping[str, Any], path: str) -> Any:
         float: _is_real(value),
         str: isinstance(value, str),
     }.get(hint, True)
-    _need(typed and _in_range(value, meta), path, _expected(hint, meta), value)
+    need_at(typed and _in_range(value, meta), path, _expected(hint, meta), value)
     return value
 
 
@@ -132,7 +127,7 @@ def need_field(ok: bool, obj: Any, name: str, expected: str) -> None:
     value = obj
     for part in name.split("."):
         value = getattr(value, part)
-    _need(ok, f"{type(obj).__name__}.{name}", expected, value)
+    need_at(ok, f"{type(obj).__name__}.{name}", expected, value)
 
 
 def validate(obj: Any) -> None:
@@ -143,7 +138,7 @@ def validate(obj: Any) -> None:
     for name, f in fields(cls).items():
         value, hint, path = getattr(obj, name), hints[name], f"{cls.__name__}.{name}"
         if dataclasses.is_dataclass(hint):  # built directly: a section is its dataclass, not config data
-            _need(isinstance(value, hint), path, f"a {hint.__module__}.{hint.__name__}", value)
+            need_at(isinstance(value, hint), path, f"a {hint.__module__}.{hint.__name__}", value)
         _value(value, hint, f.metadata, path)
 
 

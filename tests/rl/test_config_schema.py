@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
+import typing
 
+import ml_collections as mlc
 import pytest
 
 from configs import common, quickstart
@@ -75,8 +78,6 @@ def test_a_builder_refuses_a_field_its_section_lacks():
 )  # fmt: skip
 def test_every_mistake_is_one_line_naming_the_field_path(edit, message):
     config = json.loads(quickstart.get_config("test").to_json_best_effort())
-    import ml_collections as mlc
-
     config = mlc.ConfigDict(config)
     with config.ignore_type():
         edit(config)
@@ -124,15 +125,13 @@ def test_derived_fields_are_not_config_fields():
 
 def test_every_section_field_has_a_type_the_walker_knows():
     """A field whose type the walker cannot check would pass anything: every field's type is one it checks."""
-    import typing
-
     known = {bool, int, float, str}
     for cls in [*SECTIONS, sections.PoolSettings, LearnerConfig, LearnedRewardSettings]:
         hints = typing.get_type_hints(cls)
         for name in schema.fields(cls):
             hint = hints[name]
             args = [a for a in typing.get_args(hint) if a is not type(None)]
-            base = args[0] if typing.get_origin(hint) in (typing.Union, __import__("types").UnionType) else hint
+            base = args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) else hint
             origin = typing.get_origin(base)
             ok = (
                 base in known
