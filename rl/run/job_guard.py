@@ -189,7 +189,8 @@ class JobGuard:
         main = sys._current_frames().get(threading.main_thread().ident)
         if main is not None:  # where it was stuck: for whoever reads the log
             log.error("the main thread did not stop; it is at:\n%s", "".join(traceback.format_stack(main)))
-        print(f"error: {message}{hint} (process {self.group.index} did not stop in {self.grace_s:.0f} s: "
+        # A new line first: the progress bar may have the current one, and the error must start its own.
+        print(f"\nerror: {message}{hint} (process {self.group.index} did not stop in {self.grace_s:.0f} s: "
               "forced exit)", file=sys.stderr, flush=True)  # fmt: skip
         for cleanup in self._cleanups:
             worker = threading.Thread(target=cleanup, daemon=True)

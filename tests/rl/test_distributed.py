@@ -162,3 +162,24 @@ def test_a_peer_that_leaves_after_close_is_not_taken_for_a_lost_one(monkeypatch)
     finally:
         release.set()
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_forced_exit_prints_its_error_on_a_line_of_its_own(monkeypatch, capsys):
+    """The main thread stuck in C++ (a checkpoint barrier whose peer is gone) while the progress bar
+    holds the current line: the forced exit's ``error:`` line must still start a line (it was once
+    glued to the bar's, and whoever reads the last ``error:`` line found none)."""
+    import sys
+
+    from rl.run import job_guard
+
+    service, (p0, _) = _job()
+    service.live.discard(1)  # the peer was killed: leave() does not wait for it
+    exits = []
+    monkeypatch.setattr(job_guard.os, "_exit", exits.append)
+    guard = JobGuard(p0, grace_s=0.0)
+    guard._set_cause("the job stopped: process 1: stopped answering", EXIT_FAILED, report=False)
+    sys.stderr.write("\ragentrl:  57%|#####7    | 4/7 [00:54<00:12,  4.19s/step, phase=sft]")
+    guard._force_exit()
+    assert exits == [EXIT_FAILED]
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert errors and "process 1" in errors[-1] and "forced exit" in errors[-1]
