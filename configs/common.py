@@ -82,14 +82,12 @@ def gspo(**values: Any) -> mlc.ConfigDict:
     return _algorithm("gspo", {**preset, **values})
 
 
-def optimizer(learning_rate: float = 3e-4, *, warmup_steps: int = 5, **values: Any) -> mlc.ConfigDict:
+def optimizer(learning_rate: float = LearnerConfig.learning_rate, **values: Any) -> mlc.ConfigDict:
     """``config.optimizer``: the :data:`~rl.config.sections.OPTIMIZER_FIELDS` of
     :class:`rl.learning.learner_config.LearnerConfig` that every learner of the run shares (AdamW,
     linear warmup then cosine decay, ``remat``, ``logits_chunk_mib``...), its defaults theirs; the
-    rate and warmup here are RL's schedule, and this builder's a starting point for small models."""
-    return to_config(
-        LearnerConfig, only=sections.OPTIMIZER_FIELDS, learning_rate=learning_rate, warmup_steps=warmup_steps, **values
-    )
+    rate and warmup here are RL's schedule (each other phase's section has its own)."""
+    return to_config(LearnerConfig, only=sections.OPTIMIZER_FIELDS, learning_rate=learning_rate, **values)
 
 
 def rollout(**values: Any) -> mlc.ConfigDict:
@@ -158,7 +156,7 @@ def cpu_test(
 
 
 def base(**parts: Any) -> mlc.ConfigDict:
-    """An experiment from its parts; every part has a default."""
+    """An experiment from its parts; every part has a default (the tiny preset's, for model and optimizer)."""
     config = mlc.ConfigDict()
     config.seed = parts.pop("seed", 0)
     config.model = parts.pop("model", model())
@@ -166,7 +164,8 @@ def base(**parts: Any) -> mlc.ConfigDict:
     config.tasks = parts.pop("tasks", {})
     config.sandbox = parts.pop("sandbox", sandbox())
     config.algorithm = parts.pop("algorithm", grpo())
-    config.optimizer = parts.pop("optimizer", optimizer())
+    # The tiny preset's starting point: far above LearnerConfig's rate, which is for pretrained models.
+    config.optimizer = parts.pop("optimizer", optimizer(3e-4, warmup_steps=5))
     config.rollout = parts.pop("rollout", rollout())
     config.sft = parts.pop("sft", sft())
     config.eval = parts.pop("eval", evaluation({}))

@@ -57,10 +57,10 @@ class PreferenceSettings:
     batch_size: int = setting(16, low=1)
     learning_rate: float = 1e-4
     warmup_steps: int = setting(0, low=0)
-    loss: str = "dpo"
-    beta: float = 0.1
-    label_smoothing: float = 0.0
-    gamma: float = 0.5
+    loss: str = PreferenceConfig.loss
+    beta: float = PreferenceConfig.beta
+    label_smoothing: float = PreferenceConfig.label_smoothing
+    gamma: float = PreferenceConfig.gamma
     mine_tasks: int = setting(64, low=1)
     mine_group: int = setting(8, low=2)
     max_pairs_per_task: int = setting(4, low=1)

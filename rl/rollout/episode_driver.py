@@ -146,7 +146,7 @@ def make_env_factory(
 
 @dataclasses.dataclass
 class RolloutHandle:
-    """A rollout started by :meth:`Rollout.start`: done once it has a result or an error."""
+    """A rollout started by :meth:`RolloutRunner.start`: done once it has a result or an error."""
 
     result: RolloutResult | None = None
     error: BaseException | None = None

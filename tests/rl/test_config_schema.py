@@ -16,6 +16,7 @@ from rl.config.errors import ConfigError
 from rl.config.settings import load_settings
 from rl.learning.learner_config import LearnerConfig
 from rl.learning.losses import PolicyLossConfig
+from rl.learning.preference import PreferenceConfig
 from rl.models.lora import LoRAConfig
 from rl.phases.learned_reward import LearnedRewardSettings
 from rl.phases.preference import PreferenceSettings
@@ -48,9 +49,13 @@ def test_builders_state_no_default_of_their_own():
     assert common.loop().to_dict() == schema.defaults(sections.LoopSettings)
     assert common.rollout(group_size=4).group_size == 4
     assert common.rollout(group_size=4).max_turns == RolloutConfig.max_turns
-    optimizer = common.optimizer(1e-3)
-    for name in ("b1", "b2", "eps", "grad_clip_norm", "end_lr_ratio", "logits_chunk_mib"):
-        assert optimizer[name] == getattr(LearnerConfig(), name), name
+    assert common.optimizer().to_dict() == schema.defaults(LearnerConfig, only=sections.OPTIMIZER_FIELDS)
+    assert common.optimizer(1e-3).learning_rate == 1e-3
+    assert common.preference(steps=2).to_dict() == {**schema.defaults(PreferenceSettings), "steps": 2}
+    # a section that restates another's fields takes that one's defaults (the loss of the preference phase)
+    assert {k: getattr(PreferenceSettings(), k) for k in schema.fields(PreferenceConfig)} == dataclasses.asdict(
+        PreferenceConfig()
+    )
     assert common.gspo().loss.name == "gspo" and common.ppo().advantage == "batch"
 
 
@@ -138,4 +143,4 @@ def test_every_section_field_has_a_type_the_walker_knows():
                 or dataclasses.is_dataclass(base)
                 or origin in (tuple, typing.get_origin(typing.Mapping[str, int]))
             )
-            assert ok or base is typing.Any, f"{cls.__name__}.{name}: {hint}"
+            assert ok, f"{cls.__name__}.{name}: {hint}"
