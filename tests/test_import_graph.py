@@ -1,5 +1,7 @@
 """The house's import graph, read from the sources: no module-level import circle anywhere in
 ``rl``, ``envs``, ``sandbox`` and ``configs``, and the learner never reaches the environments.
+Its modules stay small: one over :data:`MAX_LINES` lines is named in the README, which says why
+it is one unit.
 
 A circle makes the import order decide what works (the half-initialised module raises
 ``ImportError`` from one entry point and not another); it is cheap to keep at zero and costly to
@@ -15,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("rl", "envs", "sandbox", "configs")
+MAX_LINES = 450  # a module of one job reads in one sitting; past this, split it or say why it is one unit
 
 
 def _modules() -> dict[str, Path]:
@@ -137,3 +140,14 @@ def test_the_learner_imports_nothing_from_the_environments_even_deferred():
         if target == "envs" or target.startswith("envs.")
     )
     assert wrong == []
+
+
+def test_a_module_over_the_line_limit_is_named_in_the_readme():
+    readme = (ROOT / "README.md").read_text()
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in _modules().values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    unexplained = {path: n for path, n in long.items() if f"`{path}`" not in readme}
+    assert not unexplained, f"split these, or say in README.md why each is one unit: {unexplained}"
