@@ -92,7 +92,8 @@ def main() -> int:
 
     from envs import Task
     from envs.sandboxes import Host, LentSandboxes, Scheduler, WarmPool
-    from rl.generation.engine import DecodeEngine, EngineConfig
+    from rl.generation.engine import DecodeEngine
+    from rl.generation.engine_config import EngineConfig
     from rl.generation.sampler import Sampler, SamplerConfig
     from rl.generation.tokenizer import ByteTokenizer
     from rl.learning.learner import Learner

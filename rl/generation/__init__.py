@@ -8,8 +8,11 @@
     of the next token, with its log-probs.
   - :mod:`rl.generation.sampler`: jitted, bucketed, batch-invariant generation (``Sampler``).
   - :mod:`rl.generation.engine`: the default path of a rollout: a slot-based decode engine
-    (``DecodeEngine``) that takes turns as they come and keeps each episode's KV cache across turns;
-    :mod:`rl.generation.engine_programs`: its pure device programs (prefill, decode, page out/in).
+    (``DecodeEngine``) that takes turns as they come and keeps each episode's KV cache across turns.
+    Its parts: :mod:`rl.generation.engine_config` (``EngineConfig``, its sizes),
+    :mod:`rl.generation.engine_programs` (its pure device programs: prefill, decode, page out/in),
+    :mod:`rl.generation.engine_weights` (the parameter sets it decodes with, by key) and
+    :mod:`rl.generation.engine_seqs` (one sequence's host state and how its turn ends).
 
 Modules are imported explicitly; this file imports none of them.
 """

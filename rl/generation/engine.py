@@ -3,7 +3,7 @@
 :class:`~rl.generation.sampler.Sampler` runs a batch of whole prompts to completion, so a rollout
 re-prefills every episode's entire context on every turn and each batch waits for its slowest
 decode. The engine instead keeps a fixed number of *slots*, each holding one sequence's KV cache
-(:class:`~rl.models.transformer.SlotCache`: per-slot lengths, every sequence stored from position 0)
+(:class:`~rl.models.kv_cache.SlotCache`: per-slot lengths, every sequence stored from position 0)
 across turns:
 
   - ``add(seq_id, token_ids, params, seed)`` queues a turn: the whole prompt for a new sequence,
@@ -21,14 +21,15 @@ across turns:
   - Sampling is the sampler's (see :mod:`rl.generation.engine_programs`), so a first turn gives
     the sampler's tokens for the same prompt, settings and seed, and a request's tokens depend
     neither on its neighbours nor on when it was inserted.
-  - Several policy versions at once: ``load_weights(key, state)`` and ``add(..., weights=key)``.
-    Asynchronous RL starts step ``u + 1``'s episodes (sampled by a newer policy) while step
-    ``u``'s stragglers still decode with theirs: each step decodes its version's slots (the
-    others ride along masked, unchanged), so a turn's tokens stay a function of its own context,
-    seed and weights.
+  - Several policy versions at once: ``load_weights(key, state)`` and ``add(..., weights=key)``
+    (the sets are kept by :mod:`rl.generation.engine_weights`). Asynchronous RL starts step
+    ``u + 1``'s episodes (sampled by a newer policy) while step ``u``'s stragglers still decode
+    with theirs: each step decodes its version's slots (the others ride along masked, unchanged),
+    so a turn's tokens stay a function of its own context, seed and weights.
 
-Host bookkeeping (which sequence holds which slot, how many tokens its cache holds, its turn so far)
-lives here; the device holds the cache and each slot's last token, step count and settings.
+Host bookkeeping (which sequence holds which slot, how many tokens its cache holds) lives here, each
+turn's tokens and ending in :mod:`rl.generation.engine_seqs`; the device holds the cache and each
+slot's last token, step count and settings. Sizes: :class:`~rl.generation.engine_config.EngineConfig`.
 """
 
 from __future__ import annotations
@@ -36,122 +37,28 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
-import operator
-import weakref
 from collections.abc import Hashable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
-from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from rl.generation.engine_config import EngineConfig
 from rl.generation.engine_programs import (
     SlotState,
     decode_program,
-    head_program,
     prefill_program,
     read_slot,
     write_slot,
 )
-from rl.generation.sampler import Completion, SamplingParams, _stop_string_cut
+from rl.generation.engine_seqs import SeqState
+from rl.generation.engine_weights import EngineWeights
+from rl.generation.sampler import Completion, SamplingParams
 from rl.generation.tokenizer import Tokenizer
+from rl.models.kv_cache import SlotCache
 from rl.models.sharding import host_to_sharded, named_sharding
-from rl.models.transformer import SlotCache, Transformer
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineConfig:
-    """Sizes of a :class:`DecodeEngine`.
-
-    Attributes:
-      slots: sequences decoded at once (rounded up to the mesh's batch parallelism).
-      max_len: cache length per sequence: prompt + every turn + every observation.
-      prefill_buckets: padded chunk lengths of a prefill; longer pending tokens are prefilled in
-        chunks of the largest.
-      page_out: when every slot is taken, an idle sequence's cache moves to host memory.
-      decode_steps: decode steps per :meth:`DecodeEngine.step` call (>1 amortises the host round
-        trip; a turn finishing mid-call idles its slot for the rest of it).
-      prefill_tokens: the most padded tokens (rows x chunk) one prefill call computes; rows of one
-        chunk bucket are batched up to this, in powers of two.
-      window_min: the smallest attention window; windows are powers of two from here up to
-        ``max_len`` (and ``max_len`` itself).
-      stop_width: the most stop token ids a request may carry.
-      prefill_rows: 0: a prefill call batches as many rows as are waiting (powers of two, up to
-        ``prefill_tokens``); N > 0: every prefill call has exactly N rows. XLA's matmuls may
-        block a row differently in a batch of another size, so only fixed shapes (with one
-        attention window, ``window_min = max_len``) make a request's numbers bit-identical
-        whatever arrived with it: what a reproducible run needs.
-    """
-
-    slots: int = 64
-    max_len: int = 2048
-    prefill_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048)
-    page_out: bool = True
-    decode_steps: int = 1
-    prefill_tokens: int = 2048
-    window_min: int = 256
-    stop_width: int = 8
-    prefill_rows: int = 0
-
-    def __post_init__(self) -> None:
-        for field in ("slots", "max_len", "decode_steps", "prefill_tokens", "window_min", "stop_width"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"EngineConfig.{field}: expected an int >= 1, got {value!r}")
-        if not isinstance(self.prefill_rows, int) or self.prefill_rows < 0:
-            raise ValueError(f"EngineConfig.prefill_rows: expected an int >= 0, got {self.prefill_rows!r}")
-        buckets = tuple(self.prefill_buckets)
-        if (
-            not buckets
-            or any(not isinstance(b, int) or b < 1 for b in buckets)
-            or list(buckets) != sorted(set(buckets))
-        ):
-            raise ValueError(f"EngineConfig.prefill_buckets: expected increasing ints >= 1, got {buckets!r}")
-        object.__setattr__(self, "prefill_buckets", buckets)
-
-    def windows(self) -> tuple[int, ...]:
-        sizes, w = [], min(self.window_min, self.max_len)
-        while w < self.max_len:
-            sizes.append(w)
-            w *= 2
-        return (*sizes, self.max_len)
-
-
-@dataclasses.dataclass
-class _Weights:
-    """One set of parameters to decode with, as placed for the programs, and its LM head.
-
-    ``state`` None: the engine's module, read in place (its Variables see a learner's updates).
-    Weak references to the arrays last placed and to the head's source: placement and the head
-    (a transposed copy of a tied embedding) are redone only when those arrays change, and stale
-    weights are never kept alive by the engine.
-    """
-
-    state: Any = None
-    placed: list[weakref.ref] = dataclasses.field(default_factory=list)
-    head: tuple[weakref.ref, jax.Array] | None = None
-
-
-@dataclasses.dataclass
-class _Seq:
-    """Host view of one sequence: where its cache is, how long it is, its turn in flight."""
-
-    slot: int | None = None
-    paged: tuple[list[np.ndarray], list[np.ndarray]] | None = None
-    length: int = 0  # tokens in its cache
-    pending: list[int] = dataclasses.field(default_factory=list)  # to prefill before the turn decodes
-    params: SamplingParams | None = None  # the turn in flight, if any
-    weights: Hashable = None  # key of the parameters its turns decode with
-    seed: int = 0
-    stops: tuple[int, ...] = ()
-    start: int = 0  # cache length when the turn's first token was sampled
-    ids: list[int] = dataclasses.field(default_factory=list)
-    logprobs: list[float] = dataclasses.field(default_factory=list)
-    raw: list[float] = dataclasses.field(default_factory=list)
-    used: int = 0  # LRU clock
-    prefilled: int = 0  # tokens this sequence prefilled, over all its turns
-    reused: int = 0  # context its turns found in their cache
+from rl.models.transformer import Transformer
 
 
 def _bucket(n: int, buckets: Sequence[int]) -> int:
@@ -171,21 +78,18 @@ class DecodeEngine:
     """
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, mesh: Mesh, config: EngineConfig | None = None):
+        self._programs: dict[tuple, Any] = {}
         self.model = model
         self.tokenizer = tokenizer
         self.mesh = mesh
         self.config = cfg = config or EngineConfig()
-        self._graphdef, state = nnx.split(model)
-        self._module_state = nnx.state(model)  # its Variables: in-place updates are seen
-        self._weights: dict[Hashable, _Weights] = {None: _Weights()}  # None: update_weights'
-        self._state_shardings = jax.tree.map(lambda x: x.sharding, state)
+        self._weights = EngineWeights(model, self._jit)
         self._vocab_limit = min(tokenizer.vocab_size, model.config.vocab_size)
         sizes = dict(mesh.shape)
         multiple = sizes.get("data", 1) * sizes.get("fsdp", 1)
         self.slots = -(-cfg.slots // multiple) * multiple
         self._stop_width = max(cfg.stop_width, len(tokenizer.stop_token_ids))
-        self._programs: dict[tuple, Any] = {}
-        self._seqs: dict[Hashable, _Seq] = {}
+        self._seqs: dict[Hashable, SeqState] = {}
         self._queue: collections.deque[Hashable] = collections.deque()
         self._owner: list[Hashable | None] = [None] * self.slots
         self._slot_weights: list[Hashable] = [None] * self.slots  # the weights key of each decoding slot
@@ -219,27 +123,6 @@ class DecodeEngine:
         fields = {f.name: one for f in dataclasses.fields(SlotState)}
         return SlotState(**{**fields, "stop_ids": self._batch_sharding((self.slots, self._stop_width))})
 
-    def _params_state(self, key: Hashable) -> tuple[Any, jax.Array]:
-        """The parameters of weights ``key``, placed as the programs expect, and their LM head.
-
-        Called every step, so it avoids work when nothing changed: placement is checked only for
-        arrays not seen before, and the head is remade only when the array it comes from changes.
-        """
-        w = self._weights[key]
-        state = w.state if w.state is not None else self._module_state
-        leaves = jax.tree.leaves(state)
-        if len(leaves) != len(w.placed) or any(r() is not x for r, x in zip(w.placed, leaves, strict=False)):
-            shardings = self._state_shardings
-            state = jax.tree.map(lambda x, s: x if x.sharding == s else jax.device_put(x, s), state, shardings)
-            placed = jax.tree.leaves(state)
-            # Arrays moved here are this call's copies: check the caller's arrays again next time.
-            w.placed = [weakref.ref(x) for x in leaves] if all(map(operator.is_, placed, leaves)) else []
-        source = jax.tree.leaves(state["embed" if self.model.config.tie_embeddings else "lm_head"])[0]
-        if w.head is None or w.head[0]() is not source:
-            program = self._jit(("head",), lambda: head_program(self._graphdef), (self._state_shardings,), None, ())
-            w.head = (weakref.ref(source), program(state))
-        return state, w.head[1]
-
     def _jit(self, key: tuple, build: Any, in_shardings: tuple, out_shardings: Any, donate: tuple[int, ...]) -> Any:
         if key not in self._programs:
             self._programs[key] = jax.jit(
@@ -253,40 +136,24 @@ class DecodeEngine:
 
         Caches already filled keep the keys and values of the weights that computed them.
         """
-        if isinstance(state_or_model, nnx.Module):
-            if nnx.split(state_or_model)[0] != self._graphdef:
-                raise ValueError("update_weights: the model's structure differs from the engine's model")
-            self.model, self._module_state = state_or_model, nnx.state(state_or_model)
-            self._weights[None] = _Weights()
-        else:
-            self._weights[None] = _Weights(self._checked_state(state_or_model, "update_weights"))
+        self._weights.update(state_or_model)
+        self.model = self._weights.model
 
     def load_weights(self, key: Hashable, state: Any) -> None:
         """Keeps another set of parameters (an ``nnx.State`` of the engine's model) under ``key``:
         turns added with ``weights=key`` decode with it, next to turns of other keys."""
-        if key is None:
-            raise ValueError("load_weights(key=None): None names update_weights' parameters; pick another key")
-        self._weights[key] = _Weights(self._checked_state(state, "load_weights"))
+        self._weights.load(key, state)
 
     def unload_weights(self, key: Hashable) -> None:
         """Forgets the parameters under ``key`` (no turn in flight may still use them)."""
         if any(s.weights == key and s.params is not None for s in self._seqs.values()):
             raise ValueError(f"unload_weights(key={key!r}): a turn in flight still decodes with these weights")
-        if key is not None:
-            self._weights.pop(key, None)
+        self._weights.unload(key)
 
     @property
     def weights_keys(self) -> set[Hashable]:
         """Keys of the parameter sets held (``None``: update_weights')."""
-        return set(self._weights)
-
-    def _checked_state(self, state: Any, caller: str) -> Any:
-        if isinstance(state, nnx.Module):
-            state = nnx.state(state)
-        want, got = jax.tree.structure(self._module_state), jax.tree.structure(state)
-        if want != got:
-            raise ValueError(f"{caller}: the state's structure differs from the engine's model's")
-        return state
+        return self._weights.keys()
 
     @property
     def idle(self) -> bool:
@@ -336,7 +203,7 @@ class DecodeEngine:
                 f"(EngineConfig.max_len / max_position_embeddings)"
             )
         if seq is None:
-            seq = self._seqs[seq_id] = _Seq()
+            seq = self._seqs[seq_id] = SeqState()
         seq.pending += [int(t) for t in token_ids]
         seq.params, seq.seed, seq.stops, seq.weights = params, int(seed), tuple(stops), weights
         seq.ids, seq.logprobs, seq.raw = [], [], []
@@ -367,7 +234,7 @@ class DecodeEngine:
                 finished += self._prefill(ready)
             for key in dict.fromkeys(self._slot_weights[s] for s in np.flatnonzero(self._decoding)):
                 active = self._decoding & np.array([w == key for w in self._slot_weights])
-                finished += self._decode(self._params_state(key), active)
+                finished += self._decode(self._weights.placed(key), active)
         return finished
 
     # -- slots ------------------------------------------------------------------------
@@ -416,7 +283,7 @@ class DecodeEngine:
         self._owner[slot], seq.slot = None, None
         self._stats["paged_out"] += 1
 
-    def _page_in(self, seq: _Seq, slot: int) -> None:
+    def _page_in(self, seq: SeqState, slot: int) -> None:
         cfg = self.model.config
         rows = []
         for part in seq.paged:
@@ -449,7 +316,7 @@ class DecodeEngine:
                 n = min(len(seq.pending), cfg.prefill_buckets[-1])
                 groups[seq.weights, _bucket(n, cfg.prefill_buckets)].append(seq_id)
             for (key, chunk), members in sorted(groups.items(), key=lambda kv: kv[0][1]):  # stable: by chunk
-                state = self._params_state(key)
+                state = self._weights.placed(key)
                 most = cfg.prefill_rows or 1 << max(0, (cfg.prefill_tokens // chunk).bit_length() - 1)
                 for i in range(0, len(members), most):
                     finished += self._prefill_call(state, chunk, members[i : i + most])
@@ -474,7 +341,7 @@ class DecodeEngine:
             temperature[r], top_k[r], top_p[r], max_new[r] = p.temperature, p.top_k, p.top_p, p.max_new_tokens
             seeds[r], stop_ids[r, : len(seq.stops)] = seq.seed % 2**32, seq.stops
         args = (slot, starts, tokens, valid, seeds, temperature, top_k, top_p, max_new, stop_ids)
-        in_shardings = (self._state_shardings, None, self._cache_shardings(), self._slot_shardings())
+        in_shardings = (self._weights.shardings, None, self._cache_shardings(), self._slot_shardings())
         in_shardings += tuple(self._batch_sharding(a.shape) for a in args)
         out_shardings = (
             self._cache_shardings(),
@@ -483,7 +350,7 @@ class DecodeEngine:
         )
         program = self._jit(
             ("prefill", rows, chunk, window),
-            lambda: prefill_program(self._graphdef, self._vocab_limit, window),
+            lambda: prefill_program(self._weights.graphdef, self._vocab_limit, window),
             in_shardings,
             out_shardings,
             (2, 3),
@@ -514,8 +381,8 @@ class DecodeEngine:
         replicated = NamedSharding(self.mesh, PartitionSpec())
         program = self._jit(
             ("decode", window, steps),
-            lambda: decode_program(self._graphdef, self._vocab_limit, window, steps, self.tokenizer.pad_id),
-            (self._state_shardings, None, cache, slot_state, self._batch_sharding(active.shape)),
+            lambda: decode_program(self._weights.graphdef, self._vocab_limit, window, steps, self.tokenizer.pad_id),
+            (self._weights.shardings, None, cache, slot_state, self._batch_sharding(active.shape)),
             (cache, slot_state, *(replicated,) * 5),
             (2, 3),
         )
@@ -534,48 +401,13 @@ class DecodeEngine:
                 finished.append((seq_id, done))
         return finished
 
-    def _extend(self, seq: _Seq, ids: list[int], lps: list[float], raws: list[float], still: bool) -> Completion | None:
+    def _extend(
+        self, seq: SeqState, ids: list[int], lps: list[float], raws: list[float], still: bool
+    ) -> Completion | None:
         """Appends a turn's new tokens; the Completion if the turn ended (its slot then stops decoding)."""
-        seq.ids += ids
-        seq.logprobs += lps
-        seq.raw += raws
-        p = seq.params
-        last = seq.ids[-1]
-        stopped = last in seq.stops
-        going = still and not stopped and len(seq.ids) < p.max_new_tokens
-        if going and not (p.stop_strings and self._stop_string_in_tail(seq, len(ids))):
-            return None
-        return self._complete(seq, stopped)
-
-    def _stop_string_in_tail(self, seq: _Seq, new: int) -> bool:
-        """Whether a stop string ends within the ``new`` last tokens (earlier ones were checked already).
-
-        A token decodes to at least one byte and a character is at most 4, so a string of ``c``
-        characters spans at most ``4c`` tokens; two more absorb a character split at the edge.
-        """
-        span = new + 4 * max(len(s) for s in seq.params.stop_strings) + 2
-        text = self.tokenizer.decode(seq.ids[-span:])
-        return any(s in text for s in seq.params.stop_strings)
-
-    def _complete(self, seq: _Seq, stopped: bool) -> Completion:
-        """The turn's Completion (cut at a stop string, as the sampler); the sequence turns idle."""
-        ids, p = seq.ids, seq.params
-        stop: int | str | None = ids[-1] if stopped else None
-        if p.stop_strings:
-            cut = _stop_string_cut(self.tokenizer, ids, p.stop_strings)
-            if cut is not None:
-                ids, stop, stopped = ids[: cut[0]], cut[1], True
-        n = len(ids)
-        # The cache holds the turn's tokens but its last: the next turn prefills that one first.
-        seq.length, seq.pending = seq.start + n - 1, [ids[-1]]
-        self._decoding[seq.slot] = False
-        self._clock += 1
-        seq.params, seq.used = None, self._clock
-        return Completion(
-            token_ids=list(ids),
-            logprobs=seq.logprobs[:n],
-            raw_logprobs=seq.raw[:n],
-            finish_reason="stop" if stopped else "length",
-            stop=stop,
-            text=self.tokenizer.decode(ids),
-        )
+        done = seq.extend(ids, lps, raws, still, self.tokenizer)
+        if done is not None:
+            self._decoding[seq.slot] = False
+            self._clock += 1
+            seq.used = self._clock
+        return done

@@ -1,6 +1,6 @@
 """The decode engine's device programs: prefill into slots, decode every slot, page a slot out and in.
 
-Pure functions of (model state, :class:`~rl.models.transformer.SlotCache`, :class:`SlotState`, small
+Pure functions of (model state, :class:`~rl.models.kv_cache.SlotCache`, :class:`SlotState`, small
 per-call arrays); :mod:`rl.generation.engine` jits them with explicit shardings, donating the cache
 and the slot state so that every call updates them in place. Everything a program's shape depends
 on is static here (the prefill batch and chunk, the attention window, the decode steps per call),
@@ -21,7 +21,8 @@ import jax.numpy as jnp
 from flax import nnx, struct
 
 from rl.generation.token_selection import select_tokens
-from rl.models.transformer import SlotCache, Transformer
+from rl.models.kv_cache import SlotCache
+from rl.models.transformer import Transformer
 
 
 @struct.dataclass

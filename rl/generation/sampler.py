@@ -42,8 +42,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from rl.generation.token_selection import select_tokens
 from rl.generation.tokenizer import Tokenizer
+from rl.models.kv_cache import KVCache
 from rl.models.sharding import Rules, constrain, host_to_sharded, named_sharding
-from rl.models.transformer import KVCache, Transformer
+from rl.models.transformer import Transformer
 
 
 @dataclasses.dataclass(frozen=True)

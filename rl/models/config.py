@@ -30,7 +30,7 @@ class RopeScaling:
     """Llama-3 ("llama3") frequency-dependent RoPE scaling, as in the Llama 3.1 / 3.2 checkpoints.
 
     Low frequencies (long wavelengths) are divided by ``factor``, high ones are kept, and the band
-    in between is interpolated; see ``rl.models.transformer.rope_frequencies``.
+    in between is interpolated; see ``rl.models.rope.rope_frequencies``.
     """
 
     factor: float

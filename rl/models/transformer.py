@@ -1,34 +1,33 @@
 """A Llama / Qwen2-family decoder in Flax NNX, with a KV cache usable for prefill and decode.
 
 Numerics follow the Hugging Face reference exactly where it matters for logit parity: RMSNorm
-and softmax in float32, RoPE frequencies computed in float32 (Llama-3 scaling included) and cast
-to the compute dtype before rotation, non-interleaved ("rotate half") RoPE, query head ``h``
-reading key/value head ``h // (num_heads // num_kv_heads)``.
+and softmax in float32, RoPE as :mod:`rl.models.rope` computes it, query head ``h`` reading
+key/value head ``h // (num_heads // num_kv_heads)``.
 
 Every parameter carries logical axis names (``nnx.with_partitioning``); :mod:`rl.models.sharding` maps
 them to mesh axes. Attention projections keep heads as their own dimension, e.g. the query
 kernel is ``(embed, q_heads, head_dim)``, so tensor parallelism splits whole heads.
 
-Masking is by *key validity* rather than by padding side: a ``KVCache`` records which slots hold
-real tokens, and a query attends to valid slots at or before its own slot. Positions (for RoPE)
-are passed per row, so a left-padded prompt sees exactly the positions it would see alone. A
-``SlotCache`` (for the decode engine) instead gives every row its own length: each row holds one
-sequence from position 0 and appends where it left off.
+Masking is by *key validity* rather than by padding side: a ``KVCache`` (:mod:`rl.models.kv_cache`)
+records which slots hold real tokens, and a query attends to valid slots at or before its own slot.
+Positions (for RoPE) are passed per row, so a left-padded prompt sees exactly the positions it would
+see alone. A ``SlotCache`` (for the decode engine) instead gives every row its own length: each row
+holds one sequence from position 0 and appends where it left off.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from flax import nnx, struct
+from flax import nnx
 
 from rl.models.config import ModelConfig
+from rl.models.kv_cache import KVCache, SlotCache
 from rl.models.projection import project
+from rl.models.rope import apply_rope, rope_angles
 from rl.models.sharding import DEFAULT_RULES, Rules, constrain
 
 #: Query rows per block of whole-sequence (training) attention: see ``Attention._attend_blocked``.
@@ -53,99 +52,6 @@ def _param(
 ) -> nnx.Param:
     key = rngs.params() if rngs is not None else jax.random.key(0)
     return nnx.Param(nnx.with_partitioning(init, logical)(key, tuple(shape), dtype))
-
-
-def rope_frequencies(config: ModelConfig) -> np.ndarray:
-    """Inverse frequencies ``[head_dim // 2]`` in float32, with Llama-3 scaling when configured."""
-    dim = config.head_dim
-    inv_freq = (1.0 / (config.rope_theta ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float32) / dim))).astype(
-        np.float32
-    )
-    scaling = config.rope_scaling
-    if scaling is None:
-        return inv_freq
-    old_len = scaling.original_max_position_embeddings
-    low_wavelen = old_len / scaling.low_freq_factor
-    high_wavelen = old_len / scaling.high_freq_factor
-    wavelen = (2 * math.pi / inv_freq).astype(np.float32)
-    scaled = np.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq).astype(np.float32)
-    smooth = (
-        (old_len / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
-    ).astype(np.float32)
-    smoothed = ((1 - smooth) * scaled / scaling.factor + smooth * scaled).astype(np.float32)
-    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
-    return np.where(medium, smoothed, scaled).astype(np.float32)
-
-
-def _rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    half = x.shape[-1] // 2
-    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
-    return x * cos + rotated * sin
-
-
-@struct.dataclass
-class KVCache:
-    """Preallocated keys/values for every layer, plus which slots hold real tokens.
-
-    Attributes:
-      k, v: one ``[batch, num_kv_heads, max_len, head_dim]`` array per layer (heads before
-        slots, so attention reads each head's keys contiguously, with no per-step transpose).
-      mask: ``[batch, max_len]`` bool, True where a slot holds a real (non-padding) token.
-      index: int32 scalar, the next slot to write; shared by all rows (prompts are left-padded
-        to a common length, so every row appends at the same slot).
-    """
-
-    k: tuple[jax.Array, ...]
-    v: tuple[jax.Array, ...]
-    mask: jax.Array
-    index: jax.Array
-
-    @classmethod
-    def zeros(cls, config: ModelConfig, batch: int, max_len: int, rules: Rules = DEFAULT_RULES) -> KVCache:
-        shape = (batch, config.num_kv_heads, max_len, config.head_dim)
-        logical = ("batch", "kv_heads", "cache_seq", "head_dim")
-        zeros = lambda: constrain(jnp.zeros(shape, config.compute_dtype), logical, rules)  # noqa: E731
-        return cls(
-            k=tuple(zeros() for _ in range(config.num_layers)),
-            v=tuple(zeros() for _ in range(config.num_layers)),
-            mask=jnp.zeros((batch, max_len), bool),
-            index=jnp.zeros((), jnp.int32),
-        )
-
-
-@struct.dataclass
-class SlotCache:
-    """Keys/values of independent sequences, one per row (a *slot*), each stored from position 0.
-
-    A :class:`KVCache`'s rows share one write index, which suits a batch of left-padded prompts
-    generated together. A decode engine inserts, continues and drops sequences one at a time, so
-    here every slot has its own length: slot position ``i`` holds the token at RoPE position ``i``,
-    a key is valid iff its position is below the slot's length, and no mask is stored.
-
-    Attributes:
-      k, v: one ``[slots, num_kv_heads, max_len, head_dim]`` array per layer (the KVCache layout).
-      lengths: ``[slots]`` int32, tokens held by each slot.
-      rows: ``[batch]`` int32 or None: the slot each input row reads and writes (None: row ``i``
-        is slot ``i``, the whole cache decodes). Rows ``>= slots`` are padding: their writes are
-        dropped and their outputs meaningless.
-      window: static; attention reads only the first ``window`` positions of each slot (0: all).
-        Must exceed every row's last position in the chunk; a smaller window is a cheaper step.
-    """
-
-    k: tuple[jax.Array, ...]
-    v: tuple[jax.Array, ...]
-    lengths: jax.Array
-    rows: jax.Array | None = None
-    window: int = struct.field(pytree_node=False, default=0)
-
-    @classmethod
-    def zeros(cls, config: ModelConfig, slots: int, max_len: int, rules: Rules = DEFAULT_RULES) -> SlotCache:
-        kv = KVCache.zeros(config, slots, max_len, rules)
-        return cls(k=kv.k, v=kv.v, lengths=jnp.zeros((slots,), jnp.int32))
-
-    @property
-    def max_len(self) -> int:
-        return self.k[0].shape[2]
 
 
 class RMSNorm(nnx.Module):
@@ -261,7 +167,8 @@ class Attention(nnx.Module):
 
     def _qkv(self, x: jax.Array, cos: jax.Array, sin: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
         """Rotated queries and keys, and values, each ``[batch, seq, heads, head_dim]``."""
-        return _rotate(self._project(x, "q"), cos, sin), _rotate(self._project(x, "k"), cos, sin), self._project(x, "v")
+        q, k = apply_rope(self._project(x, "q"), cos, sin), apply_rope(self._project(x, "k"), cos, sin)
+        return q, k, self._project(x, "v")
 
     def _attend(self, q: jax.Array, k_all: jax.Array, v_all: jax.Array, mask: jax.Array) -> jax.Array:
         """Output projection of ``softmax(q k^T) v`` over the keys ``mask`` (``[b, s, t]``) allows.
@@ -443,9 +350,7 @@ class Transformer(nnx.Module):
             input_mask = jnp.ones((b, s), bool)
         x = jnp.take(self.embed[...], tokens, axis=0).astype(cfg.compute_dtype)
         x = constrain(x, ("batch", "seq", "embed"), rules)
-        freqs = positions.astype(jnp.float32)[..., None] * jnp.asarray(rope_frequencies(cfg))
-        freqs = jnp.concatenate([freqs, freqs], axis=-1)[:, :, None, :]
-        cos, sin = jnp.cos(freqs).astype(cfg.compute_dtype), jnp.sin(freqs).astype(cfg.compute_dtype)
+        cos, sin = rope_angles(cfg, positions)
         if isinstance(cache, SlotCache):
             return self._hidden_states_slots(x, cos, sin, input_mask, cache)
         if cache is not None:

@@ -27,7 +27,8 @@ from envs.sandboxes import Host, LentSandboxes, PoolConfig, RayFleet, Scheduler,
 from rl.config.config_file import CONFIG_FILE, differing_fields, read_config
 from rl.config.errors import ConfigError
 from rl.config.sections import REWARD_MODEL_PHASE, ModelSettings, Settings
-from rl.generation.engine import DecodeEngine, EngineConfig
+from rl.generation.engine import DecodeEngine
+from rl.generation.engine_config import EngineConfig
 from rl.generation.sampler import Sampler, SamplerConfig
 from rl.generation.tokenizer import Tokenizer, load_tokenizer
 from rl.learning.learner import Learner

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from rl.generation.engine import DecodeEngine, EngineConfig
+from rl.generation.engine import DecodeEngine
+from rl.generation.engine_config import EngineConfig
 from rl.generation.sampler import Sampler, SamplerConfig, SamplingParams
 from rl.generation.tokenizer import ByteTokenizer
 from rl.models import sharding

@@ -12,7 +12,8 @@ from flax import nnx
 
 from configs import common, quickstart
 from rl.config.settings import ConfigError, load_settings
-from rl.generation.engine import DecodeEngine, EngineConfig
+from rl.generation.engine import DecodeEngine
+from rl.generation.engine_config import EngineConfig
 from rl.generation.sampler import Sampler, SamplerConfig, SamplingParams
 from rl.generation.tokenizer import ByteTokenizer
 from rl.learning.batch import TrainBatch

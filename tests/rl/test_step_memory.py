@@ -18,8 +18,8 @@ from rl.learning.losses import PolicyLossConfig
 from rl.learning.reward_learner import RewardLearner
 from rl.learning.reward_model import RewardModel
 from rl.models import Transformer, get_model_config, sharding
+from rl.models.kv_cache import KVCache
 from rl.models.projection import project
-from rl.models.transformer import KVCache
 from tests.rl.learner_probe import logprobs
 from tests.rl.test_lm_head import _batch as lm_head_batch
 from tests.rl.test_lm_head import _model as lm_head_model
