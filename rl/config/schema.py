@@ -19,6 +19,7 @@ check more when it is built directly, and its ``ValueError`` is reported at the 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 import types
@@ -50,6 +51,15 @@ def setting(
     meta = {k: v for k, v in zip(_CHECKS, (low, high, choices, expected, check), strict=True) if v is not None}
     meta.update({"derived": True} if derived else {})
     return dataclasses.field(default=default, default_factory=factory, metadata=meta)
+
+
+def increasing_ints(default: tuple[int, ...]) -> Any:
+    """A field of shape buckets (a sampler's, an engine's): a non-empty tuple of increasing ints >= 1."""
+    return setting(
+        default,
+        check=lambda b: bool(b) and b[0] >= 1 and all(a < c for a, c in itertools.pairwise(b)),
+        expected="increasing ints >= 1",
+    )
 
 
 def _is_real(value: Any) -> bool:
@@ -132,14 +142,17 @@ def need_field(ok: bool, obj: Any, name: str, expected: str) -> None:
 
 def validate(obj: Any) -> None:
     """Checks every field of dataclass ``obj`` against its type and range, as :func:`load` does, for a
-    dataclass built directly (call it from ``__post_init__``): ``LearnerConfig.b2: expected ...``."""
+    dataclass built directly (call it from ``__post_init__``): ``LearnerConfig.b2: expected ...``.
+    A tuple field given as a list is stored as the tuple (a frozen dataclass stays hashable)."""
     cls = type(obj)
     hints = typing.get_type_hints(cls)
     for name, f in fields(cls).items():
         value, hint, path = getattr(obj, name), hints[name], f"{cls.__name__}.{name}"
         if dataclasses.is_dataclass(hint):  # built directly: a section is its dataclass, not config data
             need_at(isinstance(value, hint), path, f"a {hint.__module__}.{hint.__name__}", value)
-        _value(value, hint, f.metadata, path)
+        checked = _value(value, hint, f.metadata, path)
+        if isinstance(value, list) and isinstance(checked, tuple):
+            object.__setattr__(obj, name, checked)
 
 
 def fields(cls: type, *, only: Iterable[str] | None = None) -> dict[str, dataclasses.Field]:

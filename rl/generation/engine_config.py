@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from rl.config.schema import increasing_ints, setting, validate
+
 
 @dataclasses.dataclass(frozen=True)
 class EngineConfig:
@@ -34,31 +36,18 @@ class EngineConfig:
         whatever arrived with it: what a reproducible run needs.
     """
 
-    slots: int = 64
-    max_len: int = 2048
-    prefill_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048)
+    slots: int = setting(64, low=1)
+    max_len: int = setting(2048, low=1)
+    prefill_buckets: tuple[int, ...] = increasing_ints((16, 32, 64, 128, 256, 512, 1024, 2048))
     page_out: bool = True
-    decode_steps: int = 1
-    prefill_tokens: int = 2048
-    window_min: int = 256
-    stop_width: int = 8
-    prefill_rows: int = 0
+    decode_steps: int = setting(1, low=1)
+    prefill_tokens: int = setting(2048, low=1)
+    window_min: int = setting(256, low=1)
+    stop_width: int = setting(8, low=1)
+    prefill_rows: int = setting(0, low=0)
 
     def __post_init__(self) -> None:
-        for field in ("slots", "max_len", "decode_steps", "prefill_tokens", "window_min", "stop_width"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"EngineConfig.{field}: expected an int >= 1, got {value!r}")
-        if not isinstance(self.prefill_rows, int) or self.prefill_rows < 0:
-            raise ValueError(f"EngineConfig.prefill_rows: expected an int >= 0, got {self.prefill_rows!r}")
-        buckets = tuple(self.prefill_buckets)
-        if (
-            not buckets
-            or any(not isinstance(b, int) or b < 1 for b in buckets)
-            or list(buckets) != sorted(set(buckets))
-        ):
-            raise ValueError(f"EngineConfig.prefill_buckets: expected increasing ints >= 1, got {buckets!r}")
-        object.__setattr__(self, "prefill_buckets", buckets)
+        validate(self)
 
     def windows(self) -> tuple[int, ...]:
         """The attention windows compiled for: powers of two from ``window_min``, then ``max_len``."""

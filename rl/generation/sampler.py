@@ -40,6 +40,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from rl.config.schema import increasing_ints, setting, validate
 from rl.generation.token_selection import select_tokens
 from rl.generation.tokenizer import Tokenizer
 from rl.models.kv_cache import KVCache
@@ -98,25 +99,19 @@ class SamplerConfig:
       prefill_chunk: prompts longer than this are prefilled this many tokens at a time (their
         padded length is rounded up to a multiple of it), bounding attention memory: a chunk's
         float32 scores are ``[batch, heads, chunk, cache length]``, and XLA keeps several such
-        tensors, so 512 took 3.7 GB at batch 256 x 512-token prompts for the tiny quickstart model
-        (32: 0.6 GB, most of it the KV cache itself) and ran no faster on CPU.
+        tensors, so a long chunk costs gigabytes at a batch of hundreds of long prompts (where a
+        short one leaves little beyond the KV cache itself) without running faster on CPU.
       seed: seeds requests that come without one.
     """
 
-    batch_buckets: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
-    prompt_buckets: tuple[int, ...] = (32, 64, 128, 256, 512, 1024, 2048, 4096)
-    new_token_buckets: tuple[int, ...] = (16, 64, 256, 1024, 4096)
-    prefill_chunk: int = 32
+    batch_buckets: tuple[int, ...] = increasing_ints((1, 2, 4, 8, 16, 32, 64, 128))
+    prompt_buckets: tuple[int, ...] = increasing_ints((32, 64, 128, 256, 512, 1024, 2048, 4096))
+    new_token_buckets: tuple[int, ...] = increasing_ints((16, 64, 256, 1024, 4096))
+    prefill_chunk: int = setting(32, low=1)
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for field in ("batch_buckets", "prompt_buckets", "new_token_buckets"):
-            value = tuple(getattr(self, field))
-            if not value or any(not isinstance(v, int) or v < 1 for v in value) or list(value) != sorted(set(value)):
-                raise ValueError(f"SamplerConfig.{field}: expected increasing ints >= 1, got {value!r}")
-            object.__setattr__(self, field, value)
-        if not isinstance(self.prefill_chunk, int) or self.prefill_chunk < 1:
-            raise ValueError(f"SamplerConfig.prefill_chunk: expected an int >= 1, got {self.prefill_chunk!r}")
+        validate(self)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -79,8 +79,6 @@ class LoRAConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.target_modules, list):
-            object.__setattr__(self, "target_modules", tuple(self.target_modules))
         validate(self)
 
     @property

@@ -14,6 +14,8 @@ from configs import common, quickstart
 from rl.config import schema, sections
 from rl.config.errors import ConfigError
 from rl.config.settings import load_settings
+from rl.generation.engine_config import EngineConfig
+from rl.generation.sampler import SamplerConfig
 from rl.learning.learner_config import LearnerConfig
 from rl.learning.losses import PolicyLossConfig
 from rl.learning.preference import PreferenceConfig
@@ -121,6 +123,15 @@ def test_a_dataclass_built_directly_is_checked_by_the_same_ranges():
         schema.validate(LearnedRewardSettings(path="x", clip=0.0))
 
 
+@pytest.mark.parametrize(("cls", "field"), [(SamplerConfig, "batch_buckets"), (EngineConfig, "prefill_buckets")])
+def test_shape_buckets_share_one_rule_and_a_list_is_stored_as_a_tuple(cls, field):
+    built = cls(**{field: [1, 4]})
+    assert getattr(built, field) == (1, 4) and hash(built) == hash(cls(**{field: (1, 4)}))
+    for bad in [(), (2, 1), (0, 1), (1, 1), (1.0,)]:
+        with pytest.raises(ConfigError, match=rf"^{cls.__name__}\.{field}: expected increasing ints >= 1, got "):
+            cls(**{field: bad})
+
+
 def test_derived_fields_are_not_config_fields():
     assert "max_len" not in schema.fields(PolicyLossConfig) and "config" not in schema.fields(sections.ModelSettings)
     assert "lora" not in common.model().to_dict()  # an optional sub-section is absent until a config sets it
@@ -131,7 +142,7 @@ def test_derived_fields_are_not_config_fields():
 def test_every_section_field_has_a_type_the_walker_knows():
     """A field whose type the walker cannot check would pass anything: every field's type is one it checks."""
     known = {bool, int, float, str}
-    for cls in [*SECTIONS, sections.PoolSettings, LearnerConfig, LearnedRewardSettings]:
+    for cls in [*SECTIONS, sections.PoolSettings, LearnerConfig, LearnedRewardSettings, SamplerConfig, EngineConfig]:
         hints = typing.get_type_hints(cls)
         for name in schema.fields(cls):
             hint = hints[name]
