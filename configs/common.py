@@ -16,6 +16,7 @@ import ml_collections as mlc
 
 from rl.config import sections
 from rl.config.schema import defaults, fields, to_config
+from rl.generation.engine_config import EngineConfig
 from rl.learning.learner_config import LearnerConfig
 from rl.learning.losses import PolicyLossConfig
 from rl.models.lora import LoRAConfig
@@ -95,6 +96,12 @@ def rollout(**values: Any) -> mlc.ConfigDict:
     return to_config(RolloutConfig, **values)
 
 
+def engine(**values: Any) -> mlc.ConfigDict:
+    """``config.engine`` (:class:`rl.generation.engine_config.EngineConfig`): the decode engine's sizes;
+    the ones left at 0 follow from the rollout and the loop."""
+    return to_config(EngineConfig, **values)
+
+
 def sft(steps: int = sections.SFTSettings.steps, **values: Any) -> mlc.ConfigDict:
     """``config.sft`` (:class:`~rl.config.sections.SFTSettings`): an optional supervised warm start."""
     return to_config(sections.SFTSettings, steps=steps, **values)
@@ -167,6 +174,7 @@ def base(**parts: Any) -> mlc.ConfigDict:
     # The tiny preset's starting point: far above LearnerConfig's rate, which is for pretrained models.
     config.optimizer = parts.pop("optimizer", optimizer(3e-4, warmup_steps=5))
     config.rollout = parts.pop("rollout", rollout())
+    config.engine = parts.pop("engine", engine())
     config.sft = parts.pop("sft", sft())
     config.eval = parts.pop("eval", evaluation({}))
     config.loop = parts.pop("loop", loop())

@@ -37,7 +37,7 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         # episode's ~1.5 KB of bytes as its context.
         model=common.model("tiny", num_kv_heads=4, initializer_range=0.088),
         tasks={"repair_gen": common.pool("repair_gen:train")},
-        sandbox=common.sandbox("bwrap", capacity=4, max_sandboxes=8),
+        sandbox=common.sandbox("bwrap"),  # a sandbox per episode in flight (derived from the step)
         algorithm=common.grpo(clip_low=0.2, clip_high=0.2),
         optimizer=common.optimizer(3e-4, warmup_steps=3, grad_clip_norm=1.0),
         rollout=common.rollout(

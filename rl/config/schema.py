@@ -53,12 +53,15 @@ def setting(
     return dataclasses.field(default=default, default_factory=factory, metadata=meta)
 
 
-def increasing_ints(default: tuple[int, ...]) -> Any:
-    """A field of shape buckets (a sampler's, an engine's): a non-empty tuple of increasing ints >= 1."""
+def increasing_ints(default: tuple[int, ...], *, allow_empty: bool = False) -> Any:
+    """A field of shape buckets (a sampler's, an engine's): a tuple of increasing ints >= 1, non-empty
+    unless ``allow_empty`` (an empty one is then derived by whoever reads it)."""
     return setting(
         default,
-        check=lambda b: bool(b) and b[0] >= 1 and all(a < c for a, c in itertools.pairwise(b)),
-        expected="increasing ints >= 1",
+        check=lambda b: (
+            (not b and allow_empty) or (bool(b) and b[0] >= 1 and all(a < c for a, c in itertools.pairwise(b)))
+        ),
+        expected="increasing ints >= 1" + (", or [] (derived)" if allow_empty else ""),
     )
 
 

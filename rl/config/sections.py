@@ -4,7 +4,8 @@
 (:func:`rl.config.schema.to_config`) and :func:`rl.config.settings.load_settings` reads it back
 through the same fields (:func:`rl.config.schema.load`). Sections that belong to one part of
 the code live beside it and follow the same rules: ``config.rollout`` is
-:class:`rl.rollout.episode_driver.RolloutConfig`, ``config.algorithm.loss``
+:class:`rl.rollout.episode_driver.RolloutConfig`, ``config.engine``
+:class:`rl.generation.engine_config.EngineConfig`, ``config.algorithm.loss``
 :class:`rl.learning.losses.PolicyLossConfig`, ``config.optimizer`` the :data:`OPTIMIZER_FIELDS`
 of :class:`rl.learning.learner_config.LearnerConfig`, ``config.model.lora``
 :class:`rl.models.lora.LoRAConfig`, ``config.preference``
@@ -22,6 +23,7 @@ from typing import Any
 
 from envs.sandboxes import BACKENDS
 from rl.config.schema import setting
+from rl.generation.engine_config import EngineConfig
 from rl.learning.advantages import ESTIMATORS
 from rl.learning.learner_config import LearnerConfig
 from rl.learning.losses import PolicyLossConfig
@@ -209,6 +211,7 @@ class Settings:
     loop: LoopSettings
     learners: Mapping[str, LearnerConfig]  # one per phase that has steps
     config: Mapping[str, Any]
+    engine: EngineConfig = dataclasses.field(default_factory=EngineConfig)  # its derived sizes still 0
     reward_model: RewardModelSettings = dataclasses.field(default_factory=RewardModelSettings)  # steps > 0: RM run
     learned_reward: LearnedRewardSettings | None = None  # the judge of the verifiers' 'learned' parts
 

@@ -40,6 +40,7 @@ from rl.config.sections import (  # noqa: F401 - Settings, PHASES, REWARD_MODEL_
     Settings,
     SFTSettings,
 )
+from rl.generation.engine_config import EngineConfig
 from rl.learning.advantages import ESTIMATORS
 from rl.learning.learner_config import RAW_LOGPROB_TEMPERATURE, LearnerConfig
 from rl.learning.losses import PACKABLE_AGGREGATIONS
@@ -54,9 +55,9 @@ from rl.rollout.task_stream import TaskCatalog
 
 _SECTIONS = (
     *("seed", "model", "mesh", "tasks", "sandbox", "algorithm", "optimizer", "rollout", "sft", "preference"),
-    *("eval", "loop", "reward_model", "learned_reward"),
+    *("eval", "loop", "reward_model", "learned_reward", "engine"),
 )
-_OPTIONAL_SECTIONS = ("preference", "reward_model", "learned_reward")
+_OPTIONAL_SECTIONS = ("preference", "reward_model", "learned_reward", "engine")
 
 
 def _model(node: Any) -> ModelSettings:
@@ -231,6 +232,7 @@ def load_settings(config: mlc.ConfigDict | Mapping[str, Any], catalog: TaskCatal
         config=types.MappingProxyType(json.loads(raw)),
         reward_model=reward_model,
         learned_reward=learned_reward,
+        engine=load(EngineConfig, c.get("engine") or {}, "engine"),
     )
 
 

@@ -15,12 +15,17 @@ across turns:
     idle, until its next turn or :meth:`DecodeEngine.release`. When a new sequence needs a slot
     and none is free, the least recently used idle sequence's cache moves to host memory
     (``page_out``) and comes back into a free slot when its next turn arrives.
-  - Shapes are bucketed: prefill programs by (rows, chunk length, attention window), decode
-    programs by attention window (the cache prefix every decoding slot fits in), so a run compiles
-    a handful. The cache and the slot state are donated to every program (updated in place).
+  - It computes what is in flight. Prefill batches the turns waiting (rows and chunk length in
+    power-of-two buckets); attention reads the smallest window (a power of two from
+    ``window_min``) that the call's longest row fits in; decode runs over the decoding slots
+    only, gathered into a power-of-two row count when that is fewer than all slots
+    (``compact_decode``). So a run compiles a bucket's program once and never pads a call to the
+    worst case. The cache and the slot state are donated to every program (updated in place).
+    :meth:`stats` counts real and padded tokens and the time of each phase.
   - Sampling is the sampler's (see :mod:`rl.generation.engine_programs`), so a first turn gives
     the sampler's tokens for the same prompt, settings and seed, and a request's tokens depend
-    neither on its neighbours nor on when it was inserted.
+    neither on its neighbours nor on when it was inserted (its log-probs may in the last float
+    bits, unless the shapes are fixed: :meth:`EngineConfig.exact`).
   - Several policy versions at once: ``load_weights(key, state)`` and ``add(..., weights=key)``
     (the sets are kept by :mod:`rl.generation.engine_weights`). Asynchronous RL starts step
     ``u + 1``'s episodes (sampled by a newer policy) while step ``u``'s stragglers still decode
@@ -37,6 +42,7 @@ from __future__ import annotations
 import bisect
 import collections
 import dataclasses
+import time
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -60,6 +66,22 @@ from rl.models.kv_cache import SlotCache
 from rl.models.sharding import host_to_sharded, named_sharding
 from rl.models.transformer import Transformer
 
+#: The engine's counters (:meth:`DecodeEngine.stats`), each a running total since it was built.
+STATS = (
+    "prefill_tokens",  # prompt and observation tokens prefilled (real ones)
+    "prefill_tokens_padded",  # rows x chunk of every prefill call: what was computed
+    "prefill_tokens_reused",  # context a turn found in its cache instead of prefilling it
+    "prefill_calls",
+    "prefill_s",  # wall time of the prefill calls, device work and host bookkeeping
+    "decode_steps",  # decode steps run (a call runs up to decode_steps, fewer once none decodes)
+    "decode_tokens",  # tokens sampled by decode steps (real ones)
+    "decode_tokens_padded",  # rows x steps of every decode call: what was computed
+    "decode_calls",
+    "decode_s",
+    "paged_out",
+    "paged_in",
+)
+
 
 def _bucket(n: int, buckets: Sequence[int]) -> int:
     return buckets[min(bisect.bisect_left(buckets, n), len(buckets) - 1)]
@@ -72,17 +94,25 @@ class DecodeEngine:
       model: the policy (read in place on every call, as the sampler; see :meth:`update_weights`).
       tokenizer: stop ids, the pad id, decoding and the vocabulary limit.
       mesh: the model's mesh; slots are split over its ``data`` and ``fsdp`` axes.
-      config: sizes.
+      config: sizes, resolved (:meth:`EngineConfig.resolved`).
 
     Not thread-safe: one caller drives ``add`` / ``step`` / ``release``.
     """
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, mesh: Mesh, config: EngineConfig | None = None):
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, mesh: Mesh, config: EngineConfig):
+        if not isinstance(config, EngineConfig):
+            raise TypeError(f"DecodeEngine(config=): expected an EngineConfig, got {type(config).__name__}")
+        for name in ("slots", "max_len", "prefill_buckets"):
+            if not getattr(config, name):
+                raise ValueError(
+                    f"DecodeEngine(config=): EngineConfig.{name} is derived by a run (0 or empty); "
+                    "give it, or use EngineConfig.resolved(slots=, max_len=)"
+                )
         self._programs: dict[tuple, Any] = {}
         self.model = model
         self.tokenizer = tokenizer
         self.mesh = mesh
-        self.config = cfg = config or EngineConfig()
+        self.config = cfg = config
         self._weights = EngineWeights(model, self._jit)
         self._vocab_limit = min(tokenizer.vocab_size, model.config.vocab_size)
         sizes = dict(mesh.shape)
@@ -95,9 +125,7 @@ class DecodeEngine:
         self._slot_weights: list[Hashable] = [None] * self.slots  # the weights key of each decoding slot
         self._decoding = np.zeros(self.slots, bool)
         self._clock = 0
-        self._stats = dict.fromkeys(
-            ("prefill_tokens", "prefill_tokens_reused", "decode_steps", "paged_out", "paged_in"), 0
-        )
+        self._stats: dict[str, float] = dict.fromkeys(STATS, 0)
         with jax.set_mesh(mesh):
             self._cache = jax.jit(
                 lambda: SlotCache.zeros(model.config, self.slots, cfg.max_len, model.rules),
@@ -162,12 +190,14 @@ class DecodeEngine:
 
     @property
     def compiled_programs(self) -> set[tuple]:
-        """Keys of the programs compiled so far: ("prefill", rows, chunk, window), ("decode", window), ..."""
+        """Keys of the programs compiled so far: ("prefill", rows, chunk, window), ("decode", window, steps,
+        rows), ..."""
         return set(self._programs)
 
     def stats(self) -> dict[str, float]:
-        """Counters: prefill_tokens (prefilled), prefill_tokens_reused (context a turn found in its
-        cache), decode_steps, slots_busy, paged_out, paged_in, compiled_programs."""
+        """The running totals of :data:`STATS`, and ``slots_busy`` (slots holding a sequence now) and
+        ``compiled_programs``. Decode tokens over decode steps is the average number of slots that
+        decoded; padded over real tokens, what the bucketed shapes cost."""
         busy = sum(o is not None for o in self._owner)
         return {**{k: float(v) for k, v in self._stats.items()}, "slots_busy": float(busy),
                 "compiled_programs": float(len(self._programs))}  # fmt: skip
@@ -231,10 +261,14 @@ class DecodeEngine:
         with jax.set_mesh(self.mesh):
             ready = self._admit()
             if ready:
+                t = time.perf_counter()
                 finished += self._prefill(ready)
+                self._stats["prefill_s"] += time.perf_counter() - t
             for key in dict.fromkeys(self._slot_weights[s] for s in np.flatnonzero(self._decoding)):
                 active = self._decoding & np.array([w == key for w in self._slot_weights])
+                t = time.perf_counter()
                 finished += self._decode(self._weights.placed(key), active)
+                self._stats["decode_s"] += time.perf_counter() - t
         return finished
 
     # -- slots ------------------------------------------------------------------------
@@ -358,6 +392,8 @@ class DecodeEngine:
         args = tuple(host_to_sharded(a, self._batch_sharding(a.shape)) for a in args)
         self._cache, self._slot_state, token, lp, raw = program(*state, self._cache, self._slot_state, *args)
         token, lp, raw = jax.device_get((token, lp, raw))
+        self._stats["prefill_tokens_padded"] += rows * chunk
+        self._stats["prefill_calls"] += 1
         finished = []
         for r, (seq_id, seq, n) in enumerate(zip(members, seqs, take, strict=True)):
             seq.pending, seq.length = seq.pending[n:], seq.length + n
@@ -373,33 +409,55 @@ class DecodeEngine:
         return finished
 
     def _decode(self, state: Any, active: np.ndarray) -> list[tuple[Hashable, Completion]]:
-        """``decode_steps`` steps of the ``active`` slots (all decoding with ``state``)."""
+        """``decode_steps`` steps of the ``active`` slots (all decoding with ``state``): over every slot,
+        or, with ``compact_decode``, over the active ones gathered into a power-of-two row count."""
         steps = self.config.decode_steps
-        longest = max(self._seqs[self._owner[s]].length for s in np.flatnonzero(active))
+        decoding = np.flatnonzero(active)
+        longest = max(self._seqs[self._owner[s]].length for s in decoding)
         window = _bucket(min(longest + steps, self.config.max_len), self.config.windows())
+        rows = 1 << (len(decoding) - 1).bit_length()
+        compact = self.config.compact_decode and rows < self.slots
         cache, slot_state = self._cache_shardings(), self._slot_shardings()
         replicated = NamedSharding(self.mesh, PartitionSpec())
+        if compact:
+            slot_ids = np.full(rows, self.slots, np.int32)  # padding rows point past the cache: dropped
+            slot_ids[: len(decoding)] = decoding
+            mask = np.arange(rows) < len(decoding)
+            extra = (mask, slot_ids)
+        else:
+            extra = (active,)
         program = self._jit(
-            ("decode", window, steps),
-            lambda: decode_program(self._weights.graphdef, self._vocab_limit, window, steps, self.tokenizer.pad_id),
-            (self._weights.shardings, None, cache, slot_state, self._batch_sharding(active.shape)),
+            ("decode", window, steps, rows if compact else self.slots),
+            lambda: decode_program(
+                self._weights.graphdef, self._vocab_limit, window, steps, self.tokenizer.pad_id, compact=compact
+            ),
+            (self._weights.shardings, None, cache, slot_state, *(self._row_sharding(a.shape, compact) for a in extra)),
             (cache, slot_state, *(replicated,) * 5),
             (2, 3),
         )
-        active_in = host_to_sharded(active, self._batch_sharding(active.shape))
-        self._cache, self._slot_state, *out = program(*state, self._cache, self._slot_state, active_in)
+        placed = tuple(host_to_sharded(a, self._row_sharding(a.shape, compact)) for a in extra)
+        self._cache, self._slot_state, *out = program(*state, self._cache, self._slot_state, *placed)
         tokens, lps, raws, count, still = jax.device_get(out)
-        self._stats["decode_steps"] += int(count.max())
+        ran = int(count.max())
+        self._stats["decode_steps"] += ran
+        self._stats["decode_tokens"] += int(count.sum())
+        self._stats["decode_tokens_padded"] += ran * (rows if compact else self.slots)
+        self._stats["decode_calls"] += 1
         finished = []
-        for slot in np.flatnonzero(active):
+        for row, slot in enumerate(decoding):
+            i = row if compact else slot
             seq_id = self._owner[slot]
-            seq, n = self._seqs[seq_id], int(count[slot])
+            seq, n = self._seqs[seq_id], int(count[i])
             seq.length += n
-            done = self._extend(seq, tokens[slot, :n].tolist(), lps[slot, :n].tolist(), raws[slot, :n].tolist(),
-                                still=bool(still[slot]))  # fmt: skip
+            done = self._extend(seq, tokens[i, :n].tolist(), lps[i, :n].tolist(), raws[i, :n].tolist(),
+                                still=bool(still[i]))  # fmt: skip
             if done is not None:
                 finished.append((seq_id, done))
         return finished
+
+    def _row_sharding(self, shape: tuple[int, ...], compact: bool) -> NamedSharding:
+        """A compacted call's rows are few and gathered from every shard: replicated; else split like the slots."""
+        return NamedSharding(self.mesh, PartitionSpec()) if compact else self._batch_sharding(shape)
 
     def _extend(
         self, seq: SeqState, ids: list[int], lps: list[float], raws: list[float], still: bool

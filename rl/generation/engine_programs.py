@@ -120,27 +120,35 @@ def prefill_program(graphdef: nnx.GraphDef, vocab_limit: int, window: int) -> An
     return run
 
 
-def decode_program(graphdef: nnx.GraphDef, vocab_limit: int, window: int, steps: int, pad_id: int) -> Any:
+def decode_program(
+    graphdef: nnx.GraphDef, vocab_limit: int, window: int, steps: int, pad_id: int, compact: bool = False
+) -> Any:
     """Up to ``steps`` decode steps of every active slot, stopping early once none is active.
 
     Arguments of the returned function: ``state, head, cache, slots`` (as for
-    :func:`prefill_program`) and ``active`` (``[slots]`` bool, the host's view of which slots decode). Returns ``(cache, slots, tokens, logprobs, raw_logprobs,
-    count, active)``: ``[slots, steps]`` outputs of which each slot's first ``count`` are its new
-    tokens, and which slots are still decoding (a slot stops at a stop token or ``max_new``).
+    :func:`prefill_program`) and ``active`` (``[slots]`` bool, the host's view of which slots
+    decode). Returns ``(cache, slots, tokens, logprobs, raw_logprobs, count, active)``:
+    ``[slots, steps]`` outputs of which each slot's first ``count`` are its new tokens, and which
+    slots are still decoding (a slot stops at a stop token or ``max_new``).
 
     Inactive slots ride along: they feed their last token with an input mask of False, so their
     lengths do not move and the key they write lands past their length (never read before it is
     overwritten). Their settings are forced to greedy, so an idle slot left with top-p settings
     never switches on the vocabulary sort for the others.
+
+    ``compact``: the step runs over ``rows`` (a further ``[R]`` argument, the slots to decode;
+    ``R`` rows padded with ``slots``, out of range) instead of every slot: their first ``window``
+    cache positions are gathered into a cache of ``R`` rows, decoded there, and the positions the
+    steps wrote are scattered back. ``active`` is then ``[R]`` and the outputs are ``[R, ...]``.
+    A slot's numbers do not depend on which slots were gathered with it beyond the float rounding
+    of a matmul of another row count (see ``EngineConfig.compact_decode``).
     """
 
-    def run(state, head, cache, slots, active):
-        model: Transformer = nnx.merge(graphdef, state)
+    def loop(model, head, view, slots, active):
         n = active.shape[0]
         temperature = jnp.where(active, slots.temperature, 0.0)
         top_k = jnp.where(active, slots.top_k, 0)
         top_p = jnp.where(active, slots.top_p, 1.0)
-        view = cache.replace(rows=None, window=window)
         out = (
             jnp.full((n, steps), pad_id, jnp.int32),
             jnp.zeros((n, steps), jnp.float32),
@@ -168,10 +176,49 @@ def decode_program(graphdef: nnx.GraphDef, vocab_limit: int, window: int, steps:
         count = jnp.zeros((n,), jnp.int32)
         carry = (jnp.int32(0), view, slots.token, slots.generated, active, count, out)
         _, view, token, generated, active, count, out = jax.lax.while_loop(cond, body, carry)
+        return view, token, generated, active, count, out
+
+    def run(state, head, cache, slots, active):
+        model: Transformer = nnx.merge(graphdef, state)
+        view, token, generated, active, count, out = loop(
+            model, head, cache.replace(rows=None, window=window), slots, active
+        )
         cache = view.replace(rows=None, window=0)
         return (cache, slots.replace(token=token, generated=generated), *out, count, active)
 
-    return run
+    def run_compact(state, head, cache, slots, active, rows):
+        model: Transformer = nnx.merge(graphdef, state)
+        take = lambda x: jnp.take(x, rows, axis=0, mode="clip")  # noqa: E731  padding rows read the last slot
+        starts = take(cache.lengths)
+        view = SlotCache(
+            k=tuple(take(x[:, :, :window]) for x in cache.k),
+            v=tuple(take(x[:, :, :window]) for x in cache.v),
+            lengths=starts,
+            window=window,
+        )
+        mine = jax.tree.map(take, slots)
+        view, token, generated, active, count, out = loop(model, head, view, mine, active)
+        # Back into the slots: the positions the steps wrote, the lengths, the last token and count.
+        written = starts[:, None] + jnp.arange(steps, dtype=jnp.int32)[None, :]  # [R, steps]
+        within = jnp.minimum(written, window - 1)
+        slot = rows[:, None]
+
+        def put(full, part):
+            new = jnp.take_along_axis(part, within[:, None, :, None], axis=2)  # [R, kv, steps, d]
+            return full.at[slot, :, written].set(new.transpose(0, 2, 1, 3), mode="drop")
+
+        cache = cache.replace(
+            k=tuple(put(f, c) for f, c in zip(cache.k, view.k, strict=True)),
+            v=tuple(put(f, c) for f, c in zip(cache.v, view.v, strict=True)),
+            lengths=cache.lengths.at[rows].set(view.lengths, mode="drop"),
+        )
+        slots = slots.replace(
+            token=slots.token.at[rows].set(token, mode="drop"),
+            generated=slots.generated.at[rows].set(generated, mode="drop"),
+        )
+        return (cache, slots, *out, count, active)
+
+    return run_compact if compact else run
 
 
 def head_program(graphdef: nnx.GraphDef) -> Any:

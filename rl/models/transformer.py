@@ -24,22 +24,12 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from rl.models.causal_attention import causal_attention, query_block
 from rl.models.config import ModelConfig
 from rl.models.kv_cache import KVCache, SlotCache
 from rl.models.projection import project
 from rl.models.rope import apply_rope, rope_angles
 from rl.models.sharding import DEFAULT_RULES, Rules, constrain
-
-#: Query rows per block of whole-sequence (training) attention: see ``Attention._attend_blocked``.
-ATTENTION_QUERY_BLOCK = 64
-
-
-def _query_block(s: int) -> int:
-    """The largest divisor of ``s`` up to :data:`ATTENTION_QUERY_BLOCK` (64 for the learner's 128 ... 384
-    length buckets, 48 for 96); ``s`` itself (one block) when ``s`` is that short or has no divisor >= 16.
-    """
-    block = max(d for d in range(1, min(s, ATTENTION_QUERY_BLOCK) + 1) if s % d == 0)
-    return block if block >= 16 else s
 
 
 def _init(config: ModelConfig) -> nnx.Initializer:
@@ -116,6 +106,9 @@ class Attention(nnx.Module):
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         q, k, v = self._qkv(x, cos, sin)
         k, v = k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3)  # [b, kv, s, d]: the cache layout
+        s = x.shape[1]
+        if cache_kv is None and query_block(s) < s:  # a training forward: causal blocks, no square
+            return self._project_out(self._causal(q, k, v, key_mask, segment_ids, query_block(s))), None
         if cache_kv is not None:
             logical = ("batch", "kv_heads", "cache_seq", "head_dim")
             k_all = constrain(jax.lax.dynamic_update_slice(cache_kv[0], k, (0, 0, index, 0)), logical, rules)
@@ -124,14 +117,11 @@ class Attention(nnx.Module):
         else:
             k_all, v_all = k, v
         # Query i (absolute slot index + i) sees valid slots at or before itself.
-        s, t = x.shape[1], k_all.shape[2]
+        t = k_all.shape[2]
         causal = jnp.arange(t)[None, :] <= (index + jnp.arange(s))[:, None]
         mask = causal[None, :, :] & key_mask[:, None, :]
         if segment_ids is not None:  # packed rows: a token sees only its own sequence
             mask = mask & (segment_ids[:, :, None] == segment_ids[:, None, :])
-        block = _query_block(s) if cache_kv is None else s
-        if block < s:
-            return self._attend_blocked(q, k_all, v_all, mask, block), cache_kv
         return self._attend(q, k_all, v_all, mask), cache_kv
 
     def call_slots(
@@ -177,26 +167,16 @@ class Attention(nnx.Module):
         """
         return self._project_out(self._attention(q, k_all, v_all, mask))
 
-    def _attend_blocked(
-        self, q: jax.Array, k_all: jax.Array, v_all: jax.Array, mask: jax.Array, block: int
+    def _causal(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, key_mask: jax.Array, segment_ids: jax.Array | None, block: int
     ) -> jax.Array:
-        """:meth:`_attend` ``block`` query rows at a time, each block rematerialised in the backward pass.
-
-        Whole-sequence attention holds ``[b, heads, s, t]`` float32 scores, and its gradient keeps
-        several such tensors alive per layer (scores, probabilities, their cotangents): the
-        quickstart's 128 x 384-token RL batch needed 3.2 GB of XLA scratch for a 0.46M-parameter
-        model, 1.6 GB in blocks (``LearnerConfig.microbatch_tokens`` bounds the rest). One block
-        at a time under ``jax.checkpoint`` holds ``[b, heads, block, t]``; the backward pass
-        recomputes a block's scores, yet the step ran faster on CPU (smaller working set). Each
-        query row's softmax and weighted sum are the same; only XLA's matmul tiling differs
-        (float rounding, ~1e-7 relative).
-        """
+        """Whole-sequence causal attention (:mod:`rl.models.causal_attention`), ``[b, s, heads * head_dim]``."""
+        cfg = self.config
         b, s = q.shape[:2]
-        n = s // block
-        blocks = (q.reshape(b, n, block, *q.shape[2:]).swapaxes(0, 1), mask.reshape(b, n, block, -1).swapaxes(0, 1))
-        core = jax.checkpoint(lambda qb, mb: self._attention(qb, k_all, v_all, mb))
-        out = jax.lax.map(lambda xs: core(*xs), blocks)  # [n, b, block, heads * head_dim]
-        return self._project_out(out.swapaxes(0, 1).reshape(b, s, -1))
+        groups = cfg.num_heads // cfg.num_kv_heads
+        q = q.reshape(b, s, cfg.num_kv_heads, groups, cfg.head_dim).transpose(0, 2, 3, 1, 4)
+        out = causal_attention(q, k, v, key_mask, segment_ids, block)  # [b, kv, g, s, d]
+        return out.transpose(0, 3, 1, 2, 4).reshape(b, s, cfg.num_heads * cfg.head_dim)
 
     def _attention(self, q: jax.Array, k_all: jax.Array, v_all: jax.Array, mask: jax.Array) -> jax.Array:
         """``softmax(q k^T) v`` per query (``[b, s, heads * head_dim]``), before the output projection."""

@@ -165,6 +165,25 @@ class RLPhase(Phase):
         self.restored_pending = [Produced.from_dict(p) for p in extra.get("pending", [])]
 
 
+def engine_metrics(timing: Mapping[str, float]) -> dict[str, float]:
+    """The engine's share of a rollout: ``time/generate_s`` as prefill and decode (decode takes the
+    engine's bookkeeping too, so the two add up to it), prefill tokens computed, reused from the
+    episode's cache and padded, decode tokens sampled and padded, and how many slots a decode step
+    ran on average."""
+    prefill = min(timing.get("prefill_s", 0.0), timing["generate_s"])
+    steps = timing.get("decode_steps", 0.0)
+    return {
+        "time/prefill_s": prefill,
+        "time/decode_s": timing["generate_s"] - prefill,
+        "rollout/prefill_tokens": timing["prefill_tokens"],
+        "rollout/prefill_tokens_reused": timing["prefill_tokens_reused"],
+        "rollout/prefill_tokens_padded": timing.get("prefill_tokens_padded", 0.0),
+        "rollout/decode_tokens": timing.get("decode_tokens", 0.0),
+        "rollout/decode_tokens_padded": timing.get("decode_tokens_padded", 0.0),
+        "rollout/active_slots_mean": timing.get("decode_tokens", 0.0) / steps if steps else 0.0,
+    }
+
+
 def _timing(metrics: Mapping[str, Any], result: RolloutResult, learn_s: float) -> dict[str, float]:
     """The step's ``time/*``, throughput, and the engine's KV reuse and scheduler jobs."""
     timing = result.timing
@@ -176,9 +195,8 @@ def _timing(metrics: Mapping[str, Any], result: RolloutResult, learn_s: float) -
         "perf/sampled_tokens_per_s": metrics["rollout/sampled_tokens"] / max(gen, 1e-9),
         **rollout_split(timing, result.episodes),
     }
-    if "prefill_tokens" in timing:  # the engine rollout: KV reuse, and its own scheduler jobs
-        out["rollout/prefill_tokens"] = timing["prefill_tokens"]
-        out["rollout/prefill_tokens_reused"] = timing["prefill_tokens_reused"]
+    if "prefill_tokens" in timing:  # the engine rollout: KV reuse, what it computed, its scheduler jobs
+        out.update(engine_metrics(timing))
         out["sandbox/rollout_jobs"] = timing["jobs"]
         out["sandbox/rollout_job_retries"] = timing["job_retries"]
         out["sandbox/rollout_queue_wait_p50_s"] = timing["job_queue_wait_p50_s"]

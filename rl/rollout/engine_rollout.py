@@ -52,6 +52,16 @@ from rl.rollout.episode_driver import (
 from rl.rollout.trajectory import EpisodeRecord
 
 log = logging.getLogger(__name__)
+#: The engine's counters a rollout reports (``DecodeEngine.stats``): what the engine did while the
+#: rollout ran (engine-wide: rollouts that overlap, as asynchronous steps do, each count it).
+ENGINE_COUNTERS = (
+    "prefill_s",
+    "decode_s",
+    "prefill_tokens_padded",
+    "decode_tokens",
+    "decode_tokens_padded",
+    "decode_steps",
+)
 
 
 @dataclasses.dataclass
@@ -86,6 +96,7 @@ class _Batch:
     prefill: dict[str, float] = dataclasses.field(
         default_factory=lambda: {"prefill_tokens": 0.0, "prefill_tokens_reused": 0.0}
     )
+    engine_at_start: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class EngineRollout:
@@ -134,7 +145,8 @@ class EngineRollout:
         return len(self._batches)
 
     def run(self, tasks: Sequence[Task], **kwargs: Any) -> RolloutResult:
-        """As :meth:`Rollout.run`; the timing adds ``prefill_tokens``, ``prefill_tokens_reused`` and the
+        """As :meth:`Rollout.run`; the timing adds ``prefill_tokens``, ``prefill_tokens_reused``, the engine's
+        :data:`ENGINE_COUNTERS` over the rollout, and the
         scheduler's ``jobs``, ``job_retries``, ``job_queue_wait_p50_s``, ``job_queue_wait_max_s``, ``job_queue_wait_s``.
         Other rollouts in flight move forward meanwhile."""
         handle = self.start(tasks, **kwargs)
@@ -181,6 +193,7 @@ class EngineRollout:
             remaining=len(records),
             timing={"generate_s": 0.0, "env_s": 0.0, "reset_s": 0.0},
             keep=weights,
+            engine_at_start=self.engine.stats(),
         )
         self._batches[batch.id] = batch
         for n, ep in enumerate(batch.live):
@@ -254,6 +267,8 @@ class EngineRollout:
             else:
                 self.envs.put(ep.env)
         timing = {**batch.timing, **batch.prefill}
+        now = self.engine.stats()
+        timing.update({k: now[k] - batch.engine_at_start[k] for k in ENGINE_COUNTERS})
         waits = sorted(r.queue_wait_s for r in batch.jobs)
         timing["jobs"] = float(len(batch.jobs))
         timing["job_retries"] = float(sum(max(0, r.attempts - 1) for r in batch.jobs))

@@ -56,8 +56,10 @@ class RolloutConfig:
         (e.g. ``{"repair": {"verifier": {"outcome": 1.0, "efficiency": 0.1}}}``).
       engine: episodes move independently on the decode engine, tools through the sandbox
         scheduler (:mod:`rl.rollout.engine_rollout`); False: the lock-step rollout here.
-      engine_slots: sequences the engine decodes at once (0: one per episode of a training step,
-        at most 256); more episodes wait for a slot, idle ones page out to host memory.
+      reproducible: every turn's numbers bit-identical whatever decodes beside it (the engine's
+        shapes fixed: ``rl.generation.engine_config.EngineConfig.exact``), so that a resumed run
+        repeats the uninterrupted one bit for bit; slower (``docs/benchmarks.md``). Off, a turn's
+        log-probs may differ in the last float bits with what shares its engine call.
       step_deadline_s: the most one environment reset or step may take, queueing included, before
         the episode is dropped as an anomaly (engine rollouts).
     """
@@ -74,7 +76,7 @@ class RolloutConfig:
     tool_timeout_s: float = setting(30.0, check=lambda v: v > 0, expected="seconds > 0")
     env_kwargs: Mapping[str, Mapping[str, Any]] = setting(factory=dict)
     engine: bool = True
-    engine_slots: int = setting(0, low=0)
+    reproducible: bool = False
     step_deadline_s: float = 600.0
 
     def __post_init__(self):

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the job's channel is built by rl.run; a rollout only uses i
 
 # Timing entries that count work (summed over processes); the others are durations (the slowest).
 _COUNTED = ("prefill_tokens", "prefill_tokens_reused", "jobs", "job_retries")
+_COUNTED += ("prefill_tokens_padded", "decode_tokens", "decode_tokens_padded", "decode_steps")
 
 
 def rollout_mesh_shape(mesh_shape: Mapping[str, int], local_devices: int) -> dict[str, int]:

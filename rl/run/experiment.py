@@ -90,20 +90,13 @@ def make_pool(settings: Settings) -> WarmPool | RayFleet:
 
 
 def engine_config(settings: Settings) -> EngineConfig:
-    """Slots for a training step's episodes (or ``rollout.engine_slots``); a cache as long as an episode.
-
-    One attention window (``window_min = max_len``) and a fixed number of rows per prefill: a
-    request's numbers then never depend on which requests arrived with it or how long they are,
-    so a run is bit-reproducible whatever its tool latencies.
-    """
+    """``config.engine`` resolved for the run: a slot per episode of a training step and a cache as long
+    as an episode, unless set; every shape fixed with ``config.rollout.reproducible``."""
     r = settings.rollout
-    slots = r.engine_slots or min(256, settings.loop.tasks_per_step * r.group_size)
-    max_len = r.max_context + r.max_new_tokens
-    buckets = (*tuple(b for b in (16, 32, 64, 128, 256, 512) if b < max_len), min(max_len, 1024))
-    return EngineConfig(
-        slots=slots, max_len=max_len, prefill_buckets=buckets, decode_steps=4, window_min=max_len,
-        prefill_rows=min(8, slots),
-    )  # fmt: skip
+    config = settings.engine.resolved(
+        slots=settings.loop.tasks_per_step * r.group_size, max_len=r.max_context + r.max_new_tokens
+    )
+    return config.exact() if r.reproducible else config
 
 
 def example_tasks(settings: Settings, catalog: TaskCatalog) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import typing
 import ml_collections as mlc
 import pytest
 
-from configs import common, quickstart
+from configs import common, quickstart, repair_from_scratch
 from rl.config import schema, sections
 from rl.config.errors import ConfigError
 from rl.config.settings import load_settings
@@ -24,6 +24,7 @@ from rl.phases.learned_reward import LearnedRewardSettings
 from rl.phases.preference import PreferenceSettings
 from rl.phases.reward_model import RewardModelSettings
 from rl.rollout.episode_driver import RolloutConfig
+from rl.run.experiment import engine_config
 
 SECTIONS = [
     sections.ModelSettings,
@@ -34,6 +35,7 @@ SECTIONS = [
     sections.EvalSettings,
     sections.LoopSettings,
     RolloutConfig,
+    EngineConfig,
     PolicyLossConfig,
     LoRAConfig,
     PreferenceSettings,
@@ -51,6 +53,7 @@ def test_builders_state_no_default_of_their_own():
     assert common.loop().to_dict() == schema.defaults(sections.LoopSettings)
     assert common.rollout(group_size=4).group_size == 4
     assert common.rollout(group_size=4).max_turns == RolloutConfig.max_turns
+    assert common.engine().to_dict() == schema.defaults(EngineConfig)
     assert common.optimizer().to_dict() == schema.defaults(LearnerConfig, only=sections.OPTIMIZER_FIELDS)
     assert common.optimizer(1e-3).learning_rate == 1e-3
     assert common.preference(steps=2).to_dict() == {**schema.defaults(PreferenceSettings), "steps": 2}
@@ -123,13 +126,41 @@ def test_a_dataclass_built_directly_is_checked_by_the_same_ranges():
         schema.validate(LearnedRewardSettings(path="x", clip=0.0))
 
 
-@pytest.mark.parametrize(("cls", "field"), [(SamplerConfig, "batch_buckets"), (EngineConfig, "prefill_buckets")])
-def test_shape_buckets_share_one_rule_and_a_list_is_stored_as_a_tuple(cls, field):
+@pytest.mark.parametrize(
+    ("cls", "field", "empty_derived"),
+    [(SamplerConfig, "batch_buckets", False), (EngineConfig, "prefill_buckets", True)],
+)
+def test_shape_buckets_share_one_rule_and_a_list_is_stored_as_a_tuple(cls, field, empty_derived):
     built = cls(**{field: [1, 4]})
     assert getattr(built, field) == (1, 4) and hash(built) == hash(cls(**{field: (1, 4)}))
-    for bad in [(), (2, 1), (0, 1), (1, 1), (1.0,)]:
-        with pytest.raises(ConfigError, match=rf"^{cls.__name__}\.{field}: expected increasing ints >= 1, got "):
+    bad_ones = [(2, 1), (0, 1), (1, 1), (1.0,)]
+    if empty_derived:  # the engine's run derives its buckets from max_len (EngineConfig.resolved)
+        assert getattr(cls(**{field: []}), field) == ()
+    else:
+        bad_ones.append(())
+    for bad in bad_ones:
+        with pytest.raises(ConfigError, match=rf"^{cls.__name__}\.{field}: expected increasing ints >= 1"):
             cls(**{field: bad})
+
+
+def test_the_engine_sizes_a_run_leaves_at_zero_follow_from_the_experiment():
+    """config.engine: 0 / [] are derived from the rollout and the loop, given values are kept, and
+    rollout.reproducible fixes every shape (one window, fixed prefill rows, no compaction)."""
+    config = repair_from_scratch.get_config()
+    derived = engine_config(load_settings(config))
+    r = config.rollout
+    assert derived.slots == config.loop.tasks_per_step * r.group_size
+    assert derived.max_len == r.max_context + r.max_new_tokens
+    assert derived.prefill_buckets[0] == 16 and derived.prefill_buckets[-1] == min(derived.max_len, 1024)
+    assert (derived.compact_decode, derived.prefill_rows) == (True, 0) and derived.window_min < derived.max_len
+    config.engine.slots, config.engine.decode_steps = 5, 2
+    config.rollout.reproducible = True
+    exact = engine_config(load_settings(config))
+    assert (exact.slots, exact.decode_steps) == (5, 2)
+    assert (exact.compact_decode, exact.prefill_rows, exact.window_min) == (False, 5, exact.max_len)
+    config.engine.window_min = 0
+    with pytest.raises(ConfigError, match=r"^config\.engine\.window_min: expected an int >= 1, got 0$"):
+        load_settings(config)
 
 
 def test_derived_fields_are_not_config_fields():

@@ -198,9 +198,17 @@ def test_sharded_engine_equals_unsharded(engine, tok, prompts):
 
 
 def test_few_programs_are_compiled(engine):
+    """Programs are keyed by buckets only: decode by (window, steps, rows), rows a power of two up to the
+    slots; prefill by (rows, chunk, window). No request's own length or count makes a new one."""
     kinds = {key[0] for key in engine.compiled_programs}
     assert kinds <= {"head", "prefill", "decode", "page_out", "page_in"}
-    assert len(engine.compiled_programs) <= 12
+    windows, rows = set(CONFIG.windows()), {1, 2, 4}
+    for key in engine.compiled_programs:
+        if key[0] == "decode":
+            assert key[1] in windows and key[2] == CONFIG.decode_steps and key[3] in rows, key
+        if key[0] == "prefill":
+            assert key[1] in rows and key[2] in CONFIG.prefill_buckets and key[3] in windows, key
+    assert len(engine.compiled_programs) <= 20
     assert engine.stats()["compiled_programs"] == len(engine.compiled_programs)
 
 
@@ -233,7 +241,11 @@ def test_errors_name_the_argument(engine, model, tok, single_mesh, prompts):
     with pytest.raises(KeyError, match="seq_id"):
         engine.release("e")
     with pytest.raises(ValueError, match=r"EngineConfig\.slots"):
-        EngineConfig(slots=0)
+        EngineConfig(slots=-1)
+    with pytest.raises(ValueError, match=r"EngineConfig\.slots is derived"):
+        DecodeEngine(model, tok, single_mesh, EngineConfig(max_len=64))
+    with pytest.raises(ValueError, match=r"EngineConfig\.prefill_buckets"):
+        EngineConfig(prefill_buckets=(32, 16))
     full = DecodeEngine(model, tok, single_mesh, dataclasses.replace(CONFIG, slots=1, page_out=False))
     full.add(0, prompts[0], SamplingParams(temperature=0.0, max_new_tokens=2), 0)
     _drain(full)
@@ -242,9 +254,69 @@ def test_errors_name_the_argument(engine, model, tok, single_mesh, prompts):
         full.step()
 
 
+def test_a_request_gives_the_same_tokens_in_any_batch_and_window(model, tok, single_mesh):
+    """The fast path: the same request alone, among 3 and among 8, in an engine whose smallest window is
+    small (buckets of 32..) or the whole cache, greedy and sampled with a seed: the same tokens, and
+    log-probs equal up to the float rounding a matmul of another row count gives."""
+    rng = np.random.default_rng(0)
+    others = [rng.integers(1, 250, size=n).tolist() for n in (90, 17, 45, 130, 9, 64, 33)]
+    request = rng.integers(1, 250, size=70).tolist()
+    wide = EngineConfig(slots=8, max_len=256, prefill_buckets=(16, 32, 64, 128), decode_steps=4, window_min=32)
+    for params in (GREEDY, SamplingParams(temperature=1.0, max_new_tokens=40)):
+        runs = []
+        for window_min in (32, wide.max_len):
+            config = dataclasses.replace(wide, window_min=window_min)
+            for n_others in (0, 2, 7):
+                engine = DecodeEngine(model, tok, single_mesh, config)
+                prompts = [request, *others[:n_others]]
+                mixed = [params, *[MIXED[i % 4] for i in range(n_others)]]
+                runs.append(_generate(engine, prompts, mixed, [5, *range(100, 100 + n_others)])[0])
+        assert any(len(r.token_ids) > 8 for r in runs)  # decode calls ran, not only the prefill
+        for other in runs[1:]:
+            _assert_same(other, runs[0])
+
+
+def test_compacted_decode_gives_the_same_tokens_as_decoding_every_slot(model, tok, single_mesh, prompts):
+    """Turns finishing at different lengths leave few slots decoding: gathered into a smaller row count,
+    they sample the same tokens as when every slot rides along, and the cache they leave continues
+    the same (a second turn after an observation)."""
+    config = dataclasses.replace(CONFIG, slots=8, max_len=128)
+    lengths = [SamplingParams(temperature=1.0, max_new_tokens=n) for n in (3, 30, 8, 20)]
+    results = {}
+    for compact in (False, True):
+        engine = DecodeEngine(model, tok, single_mesh, dataclasses.replace(config, compact_decode=compact))
+        for i, (prompt, params) in enumerate(zip(prompts, lengths, strict=True)):
+            engine.add(i, prompt, params, seed=i)
+        first = _drain(engine)
+        for i in range(4):
+            engine.add(i, tok.encode_observation(first[i].token_ids, f"obs {i}"), lengths[3 - i], seed=10 + i)
+        second = _drain(engine)
+        results[compact] = (first, second, engine.stats())
+    for turn in (0, 1):
+        for i in range(4):
+            _assert_same(results[True][turn][i], results[False][turn][i])
+    full, compact = results[False][2], results[True][2]
+    assert full["decode_tokens"] == compact["decode_tokens"]
+    # Every slot rides along without compaction; compacted calls compute far fewer rows.
+    assert full["decode_tokens_padded"] == full["decode_steps"] * 8
+    assert compact["decode_tokens_padded"] < full["decode_tokens_padded"] / 2
+
+
+def test_stats_count_real_and_padded_tokens_and_time(model, tok, single_mesh, prompts):
+    engine = DecodeEngine(model, tok, single_mesh, CONFIG)
+    _generate(engine, prompts[:3], [SamplingParams(temperature=0.0, max_new_tokens=6)] * 3, [0, 1, 2])
+    stats = engine.stats()
+    real = sum(len(p) for p in prompts[:3])
+    assert stats["prefill_tokens"] == real
+    assert real <= stats["prefill_tokens_padded"] <= 4 * 32 * stats["prefill_calls"]
+    assert stats["decode_tokens"] == 3 * 5  # the first token of each turn comes from its prefill
+    assert stats["decode_tokens"] <= stats["decode_tokens_padded"]
+    assert stats["prefill_s"] > 0 and stats["decode_s"] > 0
+
+
 def test_fixed_shapes_make_a_request_bit_identical_whatever_arrived_with_it(model, tok, single_mesh, prompts):
-    """One attention window and a fixed prefill row count (what a run uses): exact equality, not 1e-5."""
-    config = dataclasses.replace(CONFIG, window_min=CONFIG.max_len, prefill_rows=2)
+    """Every shape fixed (``EngineConfig.exact``, what ``rollout.reproducible`` runs): exact equality, not 1e-5."""
+    config = dataclasses.replace(CONFIG.exact(), prefill_rows=2)
     params = SamplingParams(temperature=1.0, max_new_tokens=24)
     alone = _generate(DecodeEngine(model, tok, single_mesh, config), [prompts[2]], [params], [3])[0]
     crowded = DecodeEngine(model, tok, single_mesh, config)
@@ -261,7 +333,7 @@ def test_fixed_shapes_make_a_request_bit_identical_whatever_arrived_with_it(mode
 def test_two_weight_versions_decode_side_by_side_bit_identical(model, tok, single_mesh, prompts):
     """Asynchronous RL's case: turns of an older policy still decode while a newer one's start. Each
     turn equals the same turn decoded alone with its own weights, bit for bit, across two turns."""
-    config = dataclasses.replace(CONFIG, window_min=CONFIG.max_len, prefill_rows=2)
+    config = dataclasses.replace(CONFIG.exact(), prefill_rows=2)
     params = SamplingParams(temperature=1.0, max_new_tokens=12)
     old = jax.tree.map(lambda x: x, nnx.state(model))
     new = jax.tree.map(lambda x: x * 0.9, old)

@@ -38,11 +38,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from envs.domains.repair.in_sandbox.plain_runner import plain_reason
 from envs.in_sandbox import shared, source
 from sandbox import SandboxFileError
 
 IN_SANDBOX = Path(__file__).resolve().parent / "in_sandbox"
-JUDGE_FILES = ("repo_judge.py", "repo_proxy.py", "repo_wire.py", "plain_data.py")
+JUDGE_FILES = ("repo_judge.py", "repo_proxy.py", "repo_wire.py", "plain_data.py", "plain_runner.py")
 SERVER_FILES = ("repo_server.py", "repo_wire.py", "plain_data.py")
 PYTEST_INI = "[pytest]\naddopts =\npython_files = test_*.py *_test.py\n"
 NOT_REPOSITORY = frozenset({"tests", "test", "conftest", "setup", "pytest", "_pytest", "pluggy"})
@@ -96,7 +97,8 @@ def run_hidden_tests(
     only :class:`sandbox.SandboxInfraError` escapes.
     """
     sandbox.kill_all()
-    # The agent's scratch files in /tmp and /dev/shm are not the repository; they would only crowd the judge.
+    # The agent's scratch files in /tmp and /dev/shm are not the repository; they would only crowd the
+    # judge (a disk the agent filled must still have room for it).
     scratch = ["find", "/tmp", "/dev/shm", "-mindepth", "1", "-maxdepth", "1", "-user", "sandbox"]
     sandbox.exec([*scratch, "-exec", "rm", "-rf", "{}", "+"], timeout=60)
     tag = secrets.token_hex(8)
@@ -105,6 +107,7 @@ def run_hidden_tests(
     result = None
     if problem is None:
         config = {"root": judge, "socket": f"{link}/sock", "modules": list(modules), "test_timeout_s": test_timeout_s}
+        config["runner"] = "pytest" if plain_reason(tests) else "plain"  # pytest's verdict either way
         result = sandbox.exec(
             ["python3", "-I", "-B", f"{judge}/repo_judge.py"],
             user="judge",
@@ -137,10 +140,10 @@ def _stage(
         sandbox.write_files({f"{serve}/{name}": text for name, text in programs(SERVER_FILES).items()}, user="judge")
     except SandboxFileError as exc:
         return f"no room for the judge in the sandbox: {exc}"
+    # The server starts in the background: the judge, started next, waits for its socket meanwhile.
     start = (
         f"mkdir -m 755 {link} && cd {workspace} && "
-        f"setsid python3 -I -B {serve}/repo_server.py {link}/sock {' '.join(roots)} >{link}/log 2>&1 </dev/null & "
-        f"for _ in $(seq 400); do [ -S {link}/sock ] && exit 0; sleep 0.025; done; exit 1"
+        f"{{ setsid python3 -I -B {serve}/repo_server.py {link}/sock {' '.join(roots)} >{link}/log 2>&1 </dev/null & }}"
     )
     started = sandbox.exec(["bash", "-c", start], timeout=30)
     if not started.ok:

@@ -39,6 +39,7 @@ import builtins
 import importlib.util
 import json
 import socket
+import time
 
 if __package__:  # imported on the host, as part of envs
     from envs.domains.repair.in_sandbox.repo_wire import MUTABLE, WireError, recv, send
@@ -75,10 +76,20 @@ class Link:
         self.looks, self.streams = {}, {}
 
     @classmethod
-    def connect(cls, path):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(path)
-        return cls(sock)
+    def connect(cls, path, wait_s=10.0):
+        """Connects to the server listening at ``path``, waiting up to ``wait_s`` for it to start (it
+        starts beside the judge, so that their interpreters load at the same time)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(path)
+                return cls(sock)
+            except OSError as exc:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise OSError(f"the repository server did not start within {wait_s:g} s ({exc})") from None
+                time.sleep(0.002)
 
     # -- the wire ------------------------------------------------------------------
     def request(self, message):

@@ -215,9 +215,10 @@ class Server:
 def main(argv):
     path, roots = argv[1], argv[2:]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    os.chmod(path, 0o777)  # the judge runs under another uid
+    listener.bind(path + ".new")
+    os.chmod(path + ".new", 0o777)  # the judge runs under another uid
     listener.listen(1)
+    os.rename(path + ".new", path)  # the judge, already waiting for ``path``, connects only once it listens
     conn, _ = listener.accept()
     listener.close()
     sys.path[0:0] = roots
