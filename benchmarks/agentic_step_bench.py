@@ -8,13 +8,19 @@ update. Every variant resumes from the same SFT checkpoint (made once, by the ba
 weights and seeds, and the bench says whether they came out token-identical.
 
 Each variant runs twice: the first run fills a compilation cache of its own, the second is
-measured, so a figure is the step, not XLA's compiler. Printed per variant: the RL step and its
+measured, so a figure is the step, not XLA's compiler. A run takes two RL steps: the first loads
+every program from that cache (a few hundred milliseconds each), the second runs on them and is
+the step's figure (its episodes come from the policy the first step trained, so they match across
+variants only up to the learner's float rounding). Printed per variant and step: the RL step and its
 time split (``time/*``: prefill and decode where the revision reports them, tools, judge,
 learner, waiting), the engine's real and padded prefill and decode tokens and its average active
 slots, and the process's peak RSS; then the ratio of the steps.
 
-    python benchmarks/agentic_step_bench.py [--baseline 66721c6] [--episodes 32] [--sft-steps 40]
+    python benchmarks/agentic_step_bench.py [--baseline 66721c6] [--exact] [--episodes 32] [--sft-steps 40]
                                             [--cache DIR] [--no-warmup] [--quick]
+
+``--exact`` adds this tree with ``rollout.reproducible=True`` (every engine shape fixed): what the
+bit-for-bit mode costs.
 
 ``--quick`` (the suite's smoke run): the config's ``:test`` variant, 2 SFT steps, 4 episodes, no baseline.
 It relies on each revision's ``python -m rl.train`` and its ``metrics.jsonl`` and
@@ -42,6 +48,7 @@ from benchmarks.machine import describe_machine  # noqa: E402
 
 HERE = Path(__file__).resolve().parent.parent
 CONFIG = "configs/repair_from_scratch.py"
+RL_STEPS = 2  # the first loads every program (from the warm-up's compilation cache); the second is the figure
 SPLIT = ("time/prefill_s", "time/decode_s", "time/tools_s", "time/verify_s", "time/learn_s", "time/wait_s")
 ENGINE = ("prefill_tokens", "prefill_tokens_padded", "decode_tokens", "decode_tokens_padded", "active_slots_mean")
 
@@ -99,8 +106,11 @@ def make_checkpoint(tree: Path, cache: Path, steps: int, quick: bool) -> Path:
     return workdir
 
 
-def one_step(tree: Path, checkpoint: Path, steps: int, episodes: int, quick: bool, cache_dir: Path) -> dict[str, Any]:
-    """One RL step (step ``steps + 1``) resumed from ``checkpoint`` by ``tree``'s CLI in a fresh workdir."""
+def rl_steps(
+    tree: Path, checkpoint: Path, steps: int, episodes: int, quick: bool, cache_dir: Path, extra: list[str]
+) -> dict[str, Any]:
+    """Two RL steps (``steps + 1`` and ``steps + 2``) resumed from ``checkpoint`` by ``tree``'s CLI in a
+    fresh workdir: the first loads the engine's and the learner's programs, the second runs on them."""
     workdir = Path(tempfile.mkdtemp(prefix="agentic-step-"))
     try:
         shutil.copytree(checkpoint / "checkpoints" / str(steps), workdir / "checkpoints" / str(steps))
@@ -108,11 +118,12 @@ def one_step(tree: Path, checkpoint: Path, steps: int, episodes: int, quick: boo
         args = [
             *sft_args(steps, quick),
             f"--workdir={workdir}",
-            "--config.loop.steps=1",
+            f"--config.loop.steps={RL_STEPS}",
             "--config.optimizer.warmup_steps=1",
             f"--config.loop.tasks_per_step={max(1, episodes // group)}",
             f"--config.rollout.group_size={group}",
             "--config.loop.checkpoint_every=1000",
+            *extra,
         ]
         env = {
             "JAX_COMPILATION_CACHE_DIR": str(cache_dir),
@@ -121,13 +132,16 @@ def one_step(tree: Path, checkpoint: Path, steps: int, episodes: int, quick: boo
         }
         wall, rss = run_cli(tree, args, env)
         lines = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        step = next(m for m in lines if m.get("step") == steps + 1 and "time/step_s" in m)
         import numpy as np
 
-        arrays = np.load(workdir / "trajectories" / f"step_{steps + 1:08d}.npz")
-        offsets, ids = arrays["offsets"], arrays["token_ids"]
-        tokens = [ids[a:b].tobytes().hex() for a, b in itertools.pairwise(offsets)]
-        return {"metrics": step, "wall_s": wall, "peak_rss_gb": rss, "episodes": tokens}
+        out = {"wall_s": wall, "peak_rss_gb": rss, "steps": []}
+        for step in range(steps + 1, steps + RL_STEPS + 1):
+            metrics = next(m for m in lines if m.get("step") == step and "time/step_s" in m)
+            arrays = np.load(workdir / "trajectories" / f"step_{step:08d}.npz")
+            offsets, ids = arrays["offsets"], arrays["token_ids"]
+            tokens = [ids[a:b].tobytes().hex() for a, b in itertools.pairwise(offsets)]
+            out["steps"].append({"step": step, "metrics": metrics, "episodes": tokens})
+        return out
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -139,6 +153,7 @@ def main() -> int:
     parser.add_argument("--sft-steps", type=int, default=40)
     parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "agentrl-agentic-bench"))
     parser.add_argument("--no-warmup", action="store_true", help="measure the first run (compiles included)")
+    parser.add_argument("--exact", action="store_true", help="also this tree with rollout.reproducible=True")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
@@ -148,56 +163,65 @@ def main() -> int:
 
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    trees = {"this tree": HERE}
+    trees: dict[str, tuple[Path, list[str]]] = {"this tree": (HERE, [])}
     if args.baseline:
-        trees = {f"baseline {args.baseline}": checkout(args.baseline), **trees}
-    checkpoint = make_checkpoint(next(iter(trees.values())), cache, args.sft_steps, args.quick)
+        trees = {f"baseline {args.baseline}": (checkout(args.baseline), []), **trees}
+    if args.exact:
+        trees["this tree, rollout.reproducible"] = (HERE, ["--config.rollout.reproducible=True"])
+    checkpoint = make_checkpoint(next(iter(trees.values()))[0], cache, args.sft_steps, args.quick)
     results = {}
-    for name, tree in trees.items():
+    for name, (tree, extra) in trees.items():
         compile_cache = Path(tempfile.mkdtemp(prefix="agentic-jax-cache-"))
         try:
             if not args.no_warmup:
-                log(f"{name}: a first step, to fill its compilation cache")
-                one_step(tree, checkpoint, args.sft_steps, args.episodes, args.quick, compile_cache)
-            log(f"{name}: the measured step")
-            results[name] = one_step(tree, checkpoint, args.sft_steps, args.episodes, args.quick, compile_cache)
+                log(f"{name}: a first run, to fill its compilation cache")
+                rl_steps(tree, checkpoint, args.sft_steps, args.episodes, args.quick, compile_cache, extra)
+            log(f"{name}: the measured run")
+            results[name] = rl_steps(tree, checkpoint, args.sft_steps, args.episodes, args.quick, compile_cache, extra)
         finally:
             shutil.rmtree(compile_cache, ignore_errors=True)
-        m = results[name]["metrics"]
-        log(f"{name}: RL step {m['time/step_s']:.1f} s")
+        log(f"{name}: RL steps " + ", ".join(f"{s['metrics']['time/step_s']:.1f} s" for s in results[name]["steps"]))
 
     print(f"machine: {describe_machine()}")
     print(
-        f"{CONFIG}{':test' if args.quick else ''}: one RL step of {args.episodes} repair_gen episodes from the "
-        f"SFT-{args.sft_steps} checkpoint; {'first run' if args.no_warmup else 'second run, compilation cached'}\n"
+        f"{CONFIG}{':test' if args.quick else ''}: RL steps of {args.episodes} repair_gen episodes resumed from the "
+        f"SFT-{args.sft_steps} checkpoint; {'first run' if args.no_warmup else 'second run, compilation cached'}; "
+        "the first step loads every program, the second is the step\n"
     )
-    header = ["variant", "RL step", "generate", *(k.split("/")[1][:-2] for k in SPLIT), "peak RSS"]
+    header = ["variant", "step", "RL step", "generate", *(k.split("/")[1][:-2] for k in SPLIT), "peak RSS"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for name, r in results.items():
-        m = r["metrics"]
-        cells = [name, f"{m['time/step_s']:.1f} s", f"{m['time/generate_s']:.1f} s"]
-        cells += [f"{m[k]:.1f} s" if k in m else "-" for k in SPLIT]
-        cells.append(f"{r['peak_rss_gb']:.2f} GB")
-        print("| " + " | ".join(cells) + " |")
+        for st in r["steps"]:
+            m = st["metrics"]
+            cells = [name, str(st["step"]), f"{m['time/step_s']:.1f} s", f"{m['time/generate_s']:.1f} s"]
+            cells += [f"{m[k]:.1f} s" if k in m else "-" for k in SPLIT]
+            cells.append(f"{r['peak_rss_gb']:.2f} GB")
+            print("| " + " | ".join(cells) + " |")
     print()
-    header = ["variant", *ENGINE, "prefill padded / real", "decode padded / real"]
+    header = ["variant", "step", *ENGINE, "prefill padded / real", "decode padded / real"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for name, r in results.items():
-        m = r["metrics"]
-        cells = [name] + [f"{m[f'rollout/{k}']:,.1f}" if f"rollout/{k}" in m else "-" for k in ENGINE]
-        for kind in ("prefill", "decode"):
-            real, padded = m.get(f"rollout/{kind}_tokens"), m.get(f"rollout/{kind}_tokens_padded")
-            cells.append(f"{padded / real:.2f}x" if real and padded else "-")
-        print("| " + " | ".join(cells) + " |")
-    if len(results) == 2:
-        (a_name, a), (b_name, b) = results.items()
-        ratio = a["metrics"]["time/step_s"] / b["metrics"]["time/step_s"]
-        same = sum(x == y for x, y in zip(a["episodes"], b["episodes"], strict=False))
-        print(
-            f"\n{b_name} / {a_name}: RL step {ratio:.2f}x faster; episodes token-identical: {same} of {len(a['episodes'])}"
-        )
+        for st in r["steps"]:
+            m = st["metrics"]
+            cells = [name, str(st["step"])]
+            cells += [f"{m[f'rollout/{k}']:,.1f}" if f"rollout/{k}" in m else "-" for k in ENGINE]
+            for kind in ("prefill", "decode"):
+                real, padded = m.get(f"rollout/{kind}_tokens"), m.get(f"rollout/{kind}_tokens_padded")
+                cells.append(f"{padded / real:.2f}x" if real and padded else "-")
+            print("| " + " | ".join(cells) + " |")
+    names = list(results)
+    print()
+    for other in names[1:]:
+        a, b = results[names[0]], results[other]
+        for sa, sb in zip(a["steps"], b["steps"], strict=True):
+            ratio = sa["metrics"]["time/step_s"] / sb["metrics"]["time/step_s"]
+            same = sum(x == y for x, y in zip(sa["episodes"], sb["episodes"], strict=False))
+            print(
+                f"step {sa['step']}: {other} / {names[0]}: {ratio:.2f}x faster; "
+                f"episodes token-identical: {same} of {len(sa['episodes'])}"
+            )
     return 0
 
 

@@ -14,7 +14,10 @@ speed-up in the same run, on the same machine. ``--splits`` adds rows with other
 ``LearnerConfig.microbatch_tokens`` values (0: one pass over the whole batch) for the current tree.
 
     python benchmarks/learner_bench.py [--lengths 512 1024 1536] [--batch 32] [--repeats 5]
-                                       [--baseline 66721c6] [--splits 0] [--quick]
+                                       [--baseline 66721c6] [--splits 0] [--bf16] [--quick]
+
+``--bf16`` adds this tree with the model computing in bfloat16 (parameters, gradients and the
+optimizer stay float32): the peak printed is float32's, so that row's percentage can exceed it.
 
 The worker relies only on ``rl.learning.learner.Learner``, ``LearnerConfig(objective=,
 learning_rate=, microbatch_tokens=)``, ``rl.learning.batch.TrainBatch``, ``rl.models`` and the
@@ -67,8 +70,11 @@ def model_flops(config: Any, batch: int, length: int) -> float:
     return batch * (6 * matmul_params * length + attention)
 
 
-def measure(lengths: list[int], batch: int, repeats: int, split: int | None) -> list[dict[str, Any]]:
+def measure(
+    lengths: list[int], batch: int, repeats: int, split: int | None, dtype: str = "float32"
+) -> list[dict[str, Any]]:
     """One row per (length, objective): median step seconds over ``repeats`` after a compile."""
+    import jax
     import numpy as np
     from flax import nnx
 
@@ -79,11 +85,14 @@ def measure(lengths: list[int], batch: int, repeats: int, split: int | None) -> 
     from rl.models import Transformer, sharding
     from rl.models.config import get_model_config
 
-    mesh = sharding.make_mesh({"data": 1})
+    mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])  # one device, whatever XLA_FLAGS split
     tok = ByteTokenizer()
     rows = []
     for length in lengths:
-        config = get_model_config("tiny", vocab_size=tok.vocab_size, max_position_embeddings=max(4096, length))
+        extra_model = {} if dtype == "float32" else {"dtype": dtype}  # what an older revision also accepts
+        config = get_model_config(
+            "tiny", vocab_size=tok.vocab_size, max_position_embeddings=max(4096, length), **extra_model
+        )
         model = sharding.create_sharded_model(
             lambda c=config: Transformer(c, rngs=nnx.Rngs(0)), mesh, sharding.DEFAULT_RULES
         )
@@ -128,26 +137,29 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="4 rows of 128 tokens, 1 repeat (the suite's smoke run)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--split", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    parser.add_argument("--bf16", action="store_true", help="also this tree computing in bfloat16 (float32 parameters)")
     args = parser.parse_args()
     if args.quick:
         args.lengths, args.batch, args.repeats = [128], 4, 1
     if args.worker:
-        print(json.dumps(measure(args.lengths, args.batch, args.repeats, args.split)))
+        print(json.dumps(measure(args.lengths, args.batch, args.repeats, args.split, args.dtype)))
         return 0
 
     from benchmarks.baseline import checkout, run_worker
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    trees = {"this tree": (here, None)}
+    trees: dict[str, tuple[str, list[str]]] = {"this tree": (here, [])}
     if args.baseline:
-        trees = {f"baseline {args.baseline}": (str(checkout(args.baseline)), None), **trees}
-    trees.update({f"this tree, microbatch_tokens={s}": (here, s) for s in args.splits})
+        trees = {f"baseline {args.baseline}": (str(checkout(args.baseline)), []), **trees}
+    trees.update({f"this tree, microbatch_tokens={s}": (here, ["--split", str(s)]) for s in args.splits})
+    if args.bf16:
+        trees["this tree, bfloat16 compute"] = (here, ["--dtype", "bfloat16"])
     variants: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for length in args.lengths:  # interleaved: a slow spell of a shared machine hits every variant alike
-        for name, (tree, split) in trees.items():
+        for name, (tree, extra) in trees.items():
             log(f"{name}, T={length}")
-            common = ["--lengths", str(length), "--batch", str(args.batch), "--repeats", str(args.repeats)]
-            common += [] if split is None else ["--split", str(split)]
+            common = ["--lengths", str(length), "--batch", str(args.batch), "--repeats", str(args.repeats), *extra]
             runner = run_worker_here if tree == here else lambda _t, a, tree=tree: run_worker(Path(tree), __file__, a)
             variants[name] += runner(tree, common)
     peak = matmul_peak_gflops()

@@ -11,8 +11,8 @@ every run; a run's figures do not depend on its neighbours, only its minutes do)
 each run's ``metrics.jsonl`` as it is written, and prints a markdown table: the SFT loss
 over its last 10 steps (below ~0.2 means the copy skill arrived), the held-out greedy pass rate at every
 evaluation (random init, after SFT, each RL evaluation), the final sampled pass@1 and
-pass@4, the minutes from process start to the first greedy pass rate >= 0.9, and the
-run's total minutes, with the machine it ran on. Wall times are the process's (start-up
+pass@4, the minutes from process start to the first greedy pass rate >= 0.9, the
+run's total minutes and its peak RSS, with the machine it ran on. Wall times are the process's (start-up
 included), so a loaded machine inflates them: the machine line carries the load average.
 """
 
@@ -68,7 +68,8 @@ def run_seed(
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
         while True:
-            done = proc.poll() is not None
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # wait4: the run's own peak RSS
+            done = pid != 0
             new, seen = _read_new(workdir / "metrics.jsonl", seen)
             now = time.perf_counter() - start
             rows += [{**r, "_wall_s": now} for r in new]
@@ -76,7 +77,8 @@ def run_seed(
                 break
             time.sleep(poll_s)
     total = time.perf_counter() - start
-    return {"seed": seed, "rc": proc.returncode, "rows": rows, "total_s": total, "log": str(log)}
+    rc, rss_gb = os.waitstatus_to_exitcode(status), usage.ru_maxrss / 2**20  # ru_maxrss: KiB on Linux
+    return {"seed": seed, "rc": rc, "rows": rows, "total_s": total, "rss_gb": rss_gb, "log": str(log)}
 
 
 def summarize(run: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +99,9 @@ def summarize(run: dict[str, Any]) -> dict[str, Any]:
         "to_target_min": hit["_wall_s"] / 60 if hit else None,
         "to_target_step": hit["step"] if hit else None,
         "total_min": run["total_s"] / 60,
+        "rss_gb": run["rss_gb"],
+        "tool_calls": last.get("eval_greedy/tool_calls_mean"),
+        "rechecked": last.get("eval_greedy/passing_rechecked"),
     }
 
 
@@ -107,8 +112,9 @@ def _fmt(value: float | None, spec: str = ".3f") -> str:
 def table(summaries: list[dict[str, Any]]) -> str:
     lines = [
         "| seed | SFT steps | SFT loss (last 10 steps) | greedy: init → after SFT → evals (step) | pass@1 final "
-        f"| pass@4 final | min to greedy ≥ {TARGET} (step) | total min |",
-        "|---:|---:|---:|---|---:|---:|---:|---:|",
+        f"| pass@4 final | min to greedy ≥ {TARGET} (step) | total min | peak RSS GB "
+        "| tool calls final (greedy) | passing re-checked final |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
         greedy = " → ".join(f"{g:.3f}" + (f" ({step})" if i >= 2 else "") for i, (step, g) in enumerate(s["greedy"]))
@@ -116,7 +122,7 @@ def table(summaries: list[dict[str, Any]]) -> str:
         rc = "" if s["rc"] == 0 else f" (exit {s['rc']})"
         lines.append(
             f"| {s['seed']}{rc} | {s['sft_steps']} | {_fmt(s['sft_loss'])} | {greedy} | {_fmt(s['pass1'])} | {_fmt(s['pass4'])} "
-            f"| {hit} | {s['total_min']:.2f} |"
+            f"| {hit} | {s['total_min']:.2f} | {s['rss_gb']:.2f} | {_fmt(s['tool_calls'], '.2f')} | {_fmt(s['rechecked'], '.2f')} |"
         )
     return "\n".join(lines)
 

@@ -153,10 +153,18 @@ def cpu_test(
     config: mlc.ConfigDict, *, steps: int, max_len: int, num_tasks: int, k: int, **rollout_fields: Any
 ) -> mlc.ConfigDict:
     """Shrinks an experiment to its ``:test`` variant: the tiny byte-level model on CPU, groups of 2
-    episodes of 2 tasks, ``steps`` RL steps with a one-step warmup (a warmup must fit in the steps)."""
+    episodes of 2 tasks, ``steps`` RL steps with a one-step warmup (a warmup must fit in the steps),
+    every engine shape fixed (the suite compares resumed runs with uninterrupted ones bit for bit)."""
     config.model = model("tiny")
     config.optimizer.update({"microbatches": 1, "warmup_steps": 1})
-    config.rollout.update({"group_size": 2, "max_new_tokens": 32, "max_context": max_len, **rollout_fields})
+    rollout_fields = {
+        "group_size": 2,
+        "max_new_tokens": 32,
+        "max_context": max_len,
+        "reproducible": True,
+        **rollout_fields,
+    }
+    config.rollout.update(rollout_fields)
     config.eval.update({"num_tasks": num_tasks, "k": k})
     config.loop.update({"steps": steps, "tasks_per_step": 2, "max_len": max_len})
     return config

@@ -76,4 +76,5 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         config.eval.num_tasks = 4
         config.eval.k = 2
         config.eval.every = 2
+        config.rollout.reproducible = True  # the suite compares resumed runs with uninterrupted ones bit for bit
     return config

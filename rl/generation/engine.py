@@ -1,40 +1,31 @@
 """A slot-based decode engine for multi-turn rollouts: insert turns, step, collect finished turns.
 
-:class:`~rl.generation.sampler.Sampler` runs a batch of whole prompts to completion, so a rollout
-re-prefills every episode's entire context on every turn and each batch waits for its slowest
-decode. The engine instead keeps a fixed number of *slots*, each holding one sequence's KV cache
-(:class:`~rl.models.kv_cache.SlotCache`: per-slot lengths, every sequence stored from position 0)
-across turns:
+:class:`~rl.generation.sampler.Sampler` runs whole prompts to completion, so a rollout would
+re-prefill every episode's context each turn and wait for its slowest decode. The engine keeps
+*slots*, each holding one sequence's KV cache (:class:`~rl.models.kv_cache.SlotCache`) across turns:
 
-  - ``add(seq_id, token_ids, params, seed)`` queues a turn: the whole prompt for a new sequence,
-    only the appended tokens (an observation) for one that continues; ``step()`` prefills queued
-    turns into slots and runs decode steps for every decoding slot; finished turns come back as
-    the sampler's :class:`~rl.generation.sampler.Completion`. A continuing turn prefills only the
-    previous turn's last sampled token (never in the cache) and its new tokens.
-  - A turn finishing frees its slot for decoding at once; the sequence keeps its cache there,
-    idle, until its next turn or :meth:`DecodeEngine.release`. When a new sequence needs a slot
-    and none is free, the least recently used idle sequence's cache moves to host memory
-    (``page_out``) and comes back into a free slot when its next turn arrives.
-  - It computes what is in flight. Prefill batches the turns waiting (rows and chunk length in
+  - ``add(seq_id, token_ids, params, seed)`` queues a turn (a new sequence's prompt, or only the
+    tokens appended to one that continues, after its last sampled token); ``step()`` prefills
+    queued turns and runs decode steps; finished turns come back as
+    :class:`~rl.generation.sampler.Completion`. A finished turn's sequence keeps its cache in its
+    slot, idle, until its next turn or :meth:`DecodeEngine.release`; when a new sequence finds no
+    free slot, the least recently used idle cache moves to host memory and back when needed.
+  - It computes what is in flight. Prefill batches the waiting turns (rows and chunk in
     power-of-two buckets); attention reads the smallest window (a power of two from
-    ``window_min``) that the call's longest row fits in; decode runs over the decoding slots
-    only, gathered into a power-of-two row count when that is fewer than all slots
-    (``compact_decode``). So a run compiles a bucket's program once and never pads a call to the
-    worst case. The cache and the slot state are donated to every program (updated in place).
-    :meth:`stats` counts real and padded tokens and the time of each phase.
-  - Sampling is the sampler's (see :mod:`rl.generation.engine_programs`), so a first turn gives
-    the sampler's tokens for the same prompt, settings and seed, and a request's tokens depend
-    neither on its neighbours nor on when it was inserted (its log-probs may in the last float
-    bits, unless the shapes are fixed: :meth:`EngineConfig.exact`).
-  - Several policy versions at once: ``load_weights(key, state)`` and ``add(..., weights=key)``
-    (the sets are kept by :mod:`rl.generation.engine_weights`). Asynchronous RL starts step
-    ``u + 1``'s episodes (sampled by a newer policy) while step ``u``'s stragglers still decode
-    with theirs: each step decodes its version's slots (the others ride along masked, unchanged),
-    so a turn's tokens stay a function of its own context, seed and weights.
+    ``window_min``) the call's longest row fits in; decode runs over the decoding slots gathered
+    into a power-of-two row count (``compact_decode``). Cache and slot state are donated to every
+    program. :meth:`stats` counts real and padded tokens and each phase's time.
+  - Sampling is the sampler's (:mod:`rl.generation.engine_programs`): a first turn gives the
+    sampler's tokens for the same prompt, settings and seed, and a request's tokens depend neither
+    on its neighbours nor on when it was inserted (its log-probs may in the last float bits,
+    unless the shapes are fixed: :meth:`EngineConfig.exact`).
+  - Several policy versions at once (:mod:`rl.generation.engine_weights`): asynchronous RL starts
+    step ``u + 1``'s episodes while step ``u``'s stragglers still decode with their weights; each
+    step decodes one version's slots (the others ride along masked, unchanged).
 
-Host bookkeeping (which sequence holds which slot, how many tokens its cache holds) lives here, each
-turn's tokens and ending in :mod:`rl.generation.engine_seqs`; the device holds the cache and each
-slot's last token, step count and settings. Sizes: :class:`~rl.generation.engine_config.EngineConfig`.
+Host bookkeeping (which sequence holds which slot) lives here, each turn's tokens and ending in
+:mod:`rl.generation.engine_seqs`; the device holds the cache and each slot's last token, step count
+and settings. Sizes: :class:`~rl.generation.engine_config.EngineConfig`.
 """
 
 from __future__ import annotations
@@ -58,7 +49,7 @@ from rl.generation.engine_programs import (
     read_slot,
     write_slot,
 )
-from rl.generation.engine_seqs import SeqState
+from rl.generation.engine_seqs import SeqState, prefill_rows
 from rl.generation.engine_weights import EngineWeights
 from rl.generation.sampler import Completion, SamplingParams
 from rl.generation.tokenizer import Tokenizer
@@ -102,12 +93,7 @@ class DecodeEngine:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, mesh: Mesh, config: EngineConfig):
         if not isinstance(config, EngineConfig):
             raise TypeError(f"DecodeEngine(config=): expected an EngineConfig, got {type(config).__name__}")
-        for name in ("slots", "max_len", "prefill_buckets"):
-            if not getattr(config, name):
-                raise ValueError(
-                    f"DecodeEngine(config=): EngineConfig.{name} is derived by a run (0 or empty); "
-                    "give it, or use EngineConfig.resolved(slots=, max_len=)"
-                )
+        config.check_resolved("DecodeEngine(config=)")
         self._programs: dict[tuple, Any] = {}
         self.model = model
         self.tokenizer = tokenizer
@@ -363,18 +349,7 @@ class DecodeEngine:
         seqs = [self._seqs[s] for s in members]
         take = [min(len(s.pending), chunk) for s in seqs]
         window = _bucket(max(s.length + n for s, n in zip(seqs, take, strict=True)), self.config.windows())
-        slot = np.full(rows, self.slots, np.int32)  # padding rows point past the cache: dropped
-        starts, valid, max_new = (np.zeros(rows, np.int32) for _ in range(3))
-        tokens = np.full((rows, chunk), self.tokenizer.pad_id, np.int32)
-        temperature, top_p = np.zeros(rows, np.float32), np.ones(rows, np.float32)
-        top_k, seeds = np.zeros(rows, np.int32), np.zeros(rows, np.uint32)
-        stop_ids = np.full((rows, self._stop_width), -1, np.int32)
-        for r, (seq, n) in enumerate(zip(seqs, take, strict=True)):
-            p = seq.params
-            slot[r], starts[r], valid[r], tokens[r, :n] = seq.slot, seq.length, n, seq.pending[:n]
-            temperature[r], top_k[r], top_p[r], max_new[r] = p.temperature, p.top_k, p.top_p, p.max_new_tokens
-            seeds[r], stop_ids[r, : len(seq.stops)] = seq.seed % 2**32, seq.stops
-        args = (slot, starts, tokens, valid, seeds, temperature, top_k, top_p, max_new, stop_ids)
+        args = prefill_rows(seqs, take, rows, chunk, self.slots, self.tokenizer.pad_id, self._stop_width)
         in_shardings = (self._weights.shardings, None, self._cache_shardings(), self._slot_shardings())
         in_shardings += tuple(self._batch_sharding(a.shape) for a in args)
         out_shardings = (

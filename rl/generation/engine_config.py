@@ -32,8 +32,9 @@ class EngineConfig:
       max_len: cache length per sequence: prompt + every turn + every observation; 0:
         ``rollout.max_context + rollout.max_new_tokens``.
       prefill_buckets: padded chunk lengths of a prefill; longer pending tokens are prefilled in
-        chunks of the largest. Empty: powers of two from 16 below ``max_len``, then
-        ``min(max_len, MAX_DERIVED_CHUNK)``.
+        chunks of the largest. Empty: powers of two from 16 and the midpoints between them (24,
+        48, 96...: a chunk pads at most half of itself) below ``min(max_len, MAX_DERIVED_CHUNK)``,
+        then that.
       page_out: when every slot is taken, an idle sequence's cache moves to host memory.
       decode_steps: decode steps per :meth:`~rl.generation.engine.DecodeEngine.step` call (>1
         amortises the host round trip; a turn finishing mid-call idles its slot for the rest of it).
@@ -74,8 +75,18 @@ class EngineConfig:
         slots = self.slots or min(MAX_DERIVED_SLOTS, slots)
         max_len = self.max_len or max_len
         top = min(max_len, MAX_DERIVED_CHUNK)
-        buckets = self.prefill_buckets or (*(1 << i for i in range(4, top.bit_length()) if 1 << i < top), top)
+        steps = sorted({n for i in range(4, top.bit_length()) for n in (1 << i, 3 << (i - 1))})
+        buckets = self.prefill_buckets or (*(n for n in steps if n < top), top)
         return dataclasses.replace(self, slots=slots, max_len=max_len, prefill_buckets=buckets)
+
+    def check_resolved(self, where: str) -> None:
+        """Raises naming the first size still left for a run to derive (0 or empty)."""
+        for name in ("slots", "max_len", "prefill_buckets"):
+            if not getattr(self, name):
+                raise ValueError(
+                    f"{where}: EngineConfig.{name} is derived by a run (0 or empty); "
+                    "give it, or use EngineConfig.resolved(slots=, max_len=)"
+                )
 
     def exact(self) -> EngineConfig:
         """These sizes with every call's shape fixed, so that a request's numbers are bit-identical

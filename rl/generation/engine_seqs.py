@@ -3,7 +3,8 @@
 :class:`rl.generation.engine.DecodeEngine` schedules slots; what happens to one sequence's turn
 (tokens appended as steps return them, the turn ending on a stop token, a stop string or its token
 limit, its :class:`~rl.generation.sampler.Completion` cut as the sampler cuts one) depends only on
-that sequence and the tokenizer, so it lives here, on :class:`SeqState`.
+that sequence and the tokenizer, so it lives here, on :class:`SeqState`; so does laying a prefill
+call's sequences out as rows (:func:`prefill_rows`).
 """
 
 from __future__ import annotations
@@ -82,3 +83,25 @@ class SeqState:
             stop=stop,
             text=tokenizer.decode(ids),
         )
+
+
+def prefill_rows(
+    seqs: list[SeqState], take: list[int], rows: int, chunk: int, slots: int, pad_id: int, stop_width: int
+) -> tuple[np.ndarray, ...]:
+    """A prefill call's host arrays: each sequence's next ``take`` pending tokens in a row of ``chunk``,
+    with its slot, cache length and sampling settings; ``rows`` pads the batch to its bucket.
+
+    Padding rows name slot ``slots`` (past the cache), so the program drops what they write.
+    """
+    slot = np.full(rows, slots, np.int32)
+    starts, valid, max_new = (np.zeros(rows, np.int32) for _ in range(3))
+    tokens = np.full((rows, chunk), pad_id, np.int32)
+    temperature, top_p = np.zeros(rows, np.float32), np.ones(rows, np.float32)
+    top_k, seeds = np.zeros(rows, np.int32), np.zeros(rows, np.uint32)
+    stop_ids = np.full((rows, stop_width), -1, np.int32)
+    for r, (seq, n) in enumerate(zip(seqs, take, strict=True)):
+        p = seq.params
+        slot[r], starts[r], valid[r], tokens[r, :n] = seq.slot, seq.length, n, seq.pending[:n]
+        temperature[r], top_k[r], top_p[r], max_new[r] = p.temperature, p.top_k, p.top_p, p.max_new_tokens
+        seeds[r], stop_ids[r, : len(seq.stops)] = seq.seed % 2**32, seq.stops
+    return slot, starts, tokens, valid, seeds, temperature, top_k, top_p, max_new, stop_ids

@@ -3,6 +3,7 @@
   - :mod:`rl.models.config`: ``ModelConfig`` (shapes and numerics, checked on construction) and presets.
   - :mod:`rl.models.transformer`: the NNX decoder (``Transformer``).
   - :mod:`rl.models.kv_cache`: its KV caches: ``KVCache`` (the sampler's batch), ``SlotCache`` (the engine's slots).
+  - :mod:`rl.models.causal_attention`: training attention in query blocks that skip the masked upper triangle.
   - :mod:`rl.models.rope`: rotary position embedding, as the Hugging Face reference computes it.
   - :mod:`rl.models.projection`: the weight matmuls, in the compute dtype with float32 accumulation.
   - :mod:`rl.models.lora`: low-rank adapters: attach, merge, save, load.

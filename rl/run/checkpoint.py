@@ -49,6 +49,10 @@ class Checkpointer:
         """The newest *complete* checkpoint, or None."""
         return self._manager.latest_step()
 
+    def all_steps(self) -> list[int]:
+        """Every complete checkpoint kept, oldest first."""
+        return sorted(self._manager.all_steps())
+
     def save(self, step: int, state: Any, extra: dict[str, Any]) -> None:
         """Saves the array pytree ``state`` and the JSON-serialisable ``extra`` atomically."""
         self._manager.save(

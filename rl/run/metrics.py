@@ -20,6 +20,15 @@ import numpy as np
 # Keys that measure wall time: they differ run to run and are excluded from
 # exact-reproducibility comparisons.
 TIMING_PREFIXES = ("time/", "perf/", "sandbox/")
+# How the engine batched a step's work, and what it decoded while the step's rollout ran (engine-wide:
+# overlapping asynchronous steps each count it): these follow the tools' latencies, so they vary
+# between two runs whose episodes are identical (the episodes' own token counts do not).
+SCHEDULE_KEYS = (
+    "rollout/active_slots_mean",
+    "rollout/prefill_tokens_padded",
+    "rollout/decode_tokens",
+    "rollout/decode_tokens_padded",
+)
 
 
 class NonFiniteMetricError(FloatingPointError):
@@ -116,5 +125,8 @@ def read_metrics(workdir: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def without_timing(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The deterministic part of metric records (for resume == uninterrupted checks)."""
-    return [{k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES)} for r in records]
+    """The deterministic part of metric records (for resume == uninterrupted checks): no timings, no
+    :data:`SCHEDULE_KEYS`."""
+    return [
+        {k: v for k, v in r.items() if not k.startswith(TIMING_PREFIXES) and k not in SCHEDULE_KEYS} for r in records
+    ]

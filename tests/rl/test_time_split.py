@@ -43,3 +43,21 @@ def test_no_environment_work_and_overlap_never_go_negative():
     assert split == {"time/tools_s": 0.0, "time/verify_s": 0.0}
     # an asynchronous rollout overlapped the previous update: its parts exceed the step; waiting is 0
     assert wait_s({"time/generate_s": 3.0, "time/learn_s": 2.0}, 4.0) == 0.0
+
+
+def test_generate_splits_into_prefill_and_decode_and_the_engine_counts_what_it_computed():
+    """The engine rollout's timing: prefill and decode add up to generate (decode keeps the engine's
+    bookkeeping); padded counts sit beside the real ones; active slots are tokens per decode step."""
+    from rl.phases.rl_phase import engine_metrics
+
+    timing = {
+        "generate_s": 10.0, "prefill_s": 3.5, "decode_s": 6.0, "prefill_tokens": 1000.0,
+        "prefill_tokens_reused": 4000.0, "prefill_tokens_padded": 1500.0, "decode_tokens": 800.0,
+        "decode_tokens_padded": 1200.0, "decode_steps": 100.0,
+    }  # fmt: skip
+    m = engine_metrics(timing)
+    assert m["time/prefill_s"] + m["time/decode_s"] == pytest.approx(timing["generate_s"])
+    assert (m["time/prefill_s"], m["rollout/active_slots_mean"]) == (3.5, 8.0)
+    assert (m["rollout/prefill_tokens_padded"], m["rollout/decode_tokens_padded"]) == (1500.0, 1200.0)
+    # a timer's rounding never makes decode negative
+    assert engine_metrics({**timing, "prefill_s": 10.2})["time/decode_s"] == 0.0
