@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 WORKDIR ?= runs/quickstart
 REPAIR_WORKDIR ?= runs/repair
 
-.PHONY: install install-dev system image quickstart repair-demo test test-fast test-durations lint format bench clean
+.PHONY: install install-dev system image quickstart repair-demo repair-seeds test test-fast test-durations lint format bench clean
 
 install:            ## the package and its core stack
 	$(PIP) install -q -e .
@@ -26,6 +26,11 @@ quickstart: install ## set up and run the main job on the embedded default (no D
 repair-demo: install ## the agentic example: a from-scratch model learns to check, edit, re-check (docs/repair_from_scratch.md)
 	bash scripts/system_setup.sh --no-docker
 	$(PYTHON) -m rl.train --config=configs/repair_from_scratch.py --workdir=$(REPAIR_WORKDIR)
+	$(PYTHON) benchmarks/run_report.py $(REPAIR_WORKDIR)
+
+repair-seeds: install ## the agentic example on seeds 0-2, one after another: the docs' table, wall and peak RSS
+	bash scripts/system_setup.sh --no-docker
+	$(PYTHON) benchmarks/quickstart_seeds.py --config configs/repair_from_scratch.py --seeds 0 1 2 --workdir $(REPAIR_WORKDIR)_seeds
 
 test: install-dev system  ## set up everything and run the whole suite
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

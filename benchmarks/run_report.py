@@ -10,7 +10,7 @@ Prints markdown:
 - **SFT**: the loss (mean over the ``--every`` steps up to each row) and every check's pass rate;
 - **evaluations**: greedy pass rate, sampled pass@1, tool calls per greedy episode, and the share of
   passing greedy episodes that re-ran the check after an edit, at every evaluation;
-- **RL steps**: the step and its split (prefill, decode, tools, judge, learner, waiting), reward,
+- **RL steps**: the step (less a held-out evaluation it ran) and its split (prefill, decode, tools, judge, learner, waiting), reward,
   pass rate, the engine's average active slots and padded / real prefill tokens.
 """
 
@@ -39,11 +39,16 @@ def phases(rows: list[dict[str, Any]]) -> str:
         "SFT steps": sum(r.get("time/learn_s", 0.0) for r in sft),
         "SFT checks": sum(r.get("time/check_s", 0.0) for r in rows),
         "held-out evaluations": sum(r.get("time/eval_s", 0.0) for r in rows),
-        "RL steps": sum(r["time/step_s"] for r in rl),
+        "RL steps": sum(r["time/step_s"] - r.get("time/eval_s", 0.0) for r in rl),  # a step's time holds its eval
     }
     elapsed = max((r.get("time/elapsed_s", 0.0) for r in rows), default=0.0)
     lines = ["| phase | wall | share of the run |", "|---|---:|---:|"]
     lines += [f"| {k} | {v / 60:.1f} min | {v / elapsed:.0%} |" for k, v in parts.items() if elapsed]
+    if elapsed:
+        rest = elapsed - sum(parts.values())
+        lines.append(
+            f"| the rest: start-up, the evaluation at init, checkpoints | {rest / 60:.1f} min | {rest / elapsed:.0%} |"
+        )
     lines.append(f"| the run (elapsed at its last step) | {elapsed / 60:.1f} min | |")
     return "\n".join(lines)
 
@@ -89,7 +94,7 @@ def rl_steps(rows: list[dict[str, Any]]) -> str:
         real = r.get("rollout/prefill_tokens", 0.0)
         padded = r.get("rollout/prefill_tokens_padded", 0.0) / real if real else None
         lines.append(
-            f"| {r['step']} | {r['time/step_s']:.1f} | {split} | {_f(r.get('rollout/reward_mean'))} "
+            f"| {r['step']} | {r['time/step_s'] - r.get('time/eval_s', 0.0):.1f} | {split} | {_f(r.get('rollout/reward_mean'))} "
             f"| {_f(r.get('rollout/pass_rate'))} | {_f(r.get('rollout/active_slots_mean'), '.1f')} "
             f"| {_f(padded, '.2f')}x |"
         )

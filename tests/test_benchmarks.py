@@ -8,6 +8,7 @@ used: the bench resumes the default config), bwrap and the judge.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -39,3 +40,24 @@ def test_the_agentic_step_bench_runs_two_rl_steps_through_the_cli(tmp_path):
     rows = [line for line in out.splitlines() if line.startswith("| this tree |")]
     assert len(rows) == 4, out  # two steps in the time split, two in the engine's counts
     assert "prefill" in out and "decode padded / real" in out
+
+
+def test_the_run_report_splits_a_run_into_its_phases_and_keeps_evaluations_out_of_rl_steps(tmp_path):
+    rows = [{"phase": "init", "step": 0, "eval/greedy_pass_rate": 0.0, "time/elapsed_s": 30.0}]
+    rows += [{"phase": "sft", "step": s, "sft/loss": 1.0 / s, "time/learn_s": 3.0, "time/elapsed_s": 30.0 + 3 * s}
+             for s in range(1, 5)]  # fmt: skip
+    rows[-1].update({"sft/check_pass_rate": 0.25, "time/check_s": 12.0})
+    split = {"time/prefill_s": 1.0, "time/decode_s": 2.0, "time/learn_s": 4.0, "rollout/prefill_tokens": 100.0}
+    rows.append({"phase": "rl", "step": 5, "time/step_s": 10.0, **split, "rollout/prefill_tokens_padded": 150.0})
+    rows.append({"phase": "rl", "step": 6, "time/step_s": 30.0, "time/eval_s": 20.0, "eval/greedy_pass_rate": 0.5,
+                 **split, "time/elapsed_s": 120.0})  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = _bench("benchmarks/run_report.py", str(tmp_path), "--every", "2")
+    phases = dict(line.split(" | ")[:2] for line in out.splitlines() if line.startswith("| ") and " min | " in line)
+    assert phases["| SFT steps"] == "0.2 min" and phases["| SFT checks"] == "0.2 min"
+    assert phases["| held-out evaluations"] == "0.3 min"
+    assert phases["| RL steps"] == "0.3 min"  # 10 s + (30 - 20) s: the step's evaluation is counted once
+    assert "| 4 | 0.292 | 0.250 |" in out  # the mean SFT loss of steps 3-4 (1/3, 1/4) and the check at 4
+    assert "| RL step 6 | 0.500 |" in out
+    assert [line.split(" | ")[1] for line in out.splitlines() if line.startswith(("| 5 |", "| 6 |"))] == ["10.0"] * 2
+    assert "| 1.50x |" in out  # prefill padded / real

@@ -19,8 +19,9 @@ environment contract) as independent state machines::
   environment steps are not idempotent. A job that ends without a result (deadline, timeout)
   makes the episode an anomaly and its environment is never reused.
 - Reproducible whatever the tool latencies: a turn's tokens depend only on its seed and its
-  context. The engine guarantees it (one attention window, row-independent programs), and the
-  records are assembled per episode, not in arrival order.
+  context (the engine's programs are row-independent), and the records are assembled per episode,
+  not in arrival order. Its log-probs too, bit for bit, with ``rollout.reproducible`` (every engine
+  shape fixed: :meth:`~rl.generation.engine_config.EngineConfig.exact`).
 """
 
 from __future__ import annotations
