@@ -46,13 +46,13 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             group_size=8,
             max_turns=9,  # check, read, then up to three edits each checked, submit
             max_new_tokens=160,  # a replace call copies a whole line: ~130 bytes
-            max_context=1792,  # a verify-and-retry episode: median ~1100 tokens, the longest ~1900
+            max_context=1792,  # a verify-and-retry episode fits (lengths: docs/repair_gen.md)
             temperature=1.0,
             render_tools=False,
             tool_timeout_s=10.0,
         ),
         sft=common.sft(
-            350,  # at most (what 2 cores afford in ~16 min): SFT ends `anneal_steps` after its check passes
+            350,  # at most (sized for 2 cores: docs/repair_from_scratch.md): SFT ends `anneal_steps` after its check passes
             data="repair_gen",
             batch_size=32,
             learning_rate=3e-3,

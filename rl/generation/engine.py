@@ -49,7 +49,7 @@ from rl.generation.engine_programs import (
     read_slot,
     write_slot,
 )
-from rl.generation.engine_seqs import SeqState, prefill_rows
+from rl.generation.engine_seqs import SeqState, prefill_arrays
 from rl.generation.engine_weights import EngineWeights
 from rl.generation.sampler import Completion, SamplingParams
 from rl.generation.tokenizer import Tokenizer
@@ -349,7 +349,7 @@ class DecodeEngine:
         seqs = [self._seqs[s] for s in members]
         take = [min(len(s.pending), chunk) for s in seqs]
         window = _bucket(max(s.length + n for s, n in zip(seqs, take, strict=True)), self.config.windows())
-        args = prefill_rows(seqs, take, rows, chunk, self.slots, self.tokenizer.pad_id, self._stop_width)
+        args = prefill_arrays(seqs, take, rows, chunk, self.slots, self.tokenizer.pad_id, self._stop_width)
         in_shardings = (self._weights.shardings, None, self._cache_shardings(), self._slot_shardings())
         in_shardings += tuple(self._batch_sharding(a.shape) for a in args)
         out_shardings = (

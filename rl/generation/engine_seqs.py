@@ -4,7 +4,7 @@
 (tokens appended as steps return them, the turn ending on a stop token, a stop string or its token
 limit, its :class:`~rl.generation.sampler.Completion` cut as the sampler cuts one) depends only on
 that sequence and the tokenizer, so it lives here, on :class:`SeqState`; so does laying a prefill
-call's sequences out as rows (:func:`prefill_rows`).
+call's sequences out as rows (:func:`prefill_arrays`).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class SeqState:
         )
 
 
-def prefill_rows(
+def prefill_arrays(
     seqs: list[SeqState], take: list[int], rows: int, chunk: int, slots: int, pad_id: int, stop_width: int
 ) -> tuple[np.ndarray, ...]:
     """A prefill call's host arrays: each sequence's next ``take`` pending tokens in a row of ``chunk``,
