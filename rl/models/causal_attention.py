@@ -114,7 +114,10 @@ def _attention_bwd(block, keep, residuals, d_out):
     scale = q.shape[-1] ** -0.5
     delta = jnp.sum(d_out.astype(_F32) * out.astype(_F32), axis=-1)  # [b, kv, g, s]
     dq_blocks = []
-    dk, dv = jnp.zeros(k.shape, _F32), jnp.zeros(v.shape, _F32)
+    # dK and dV accumulate transposed, [b, kv, d, s]: contracting a block's (group, query) rows
+    # then reads the probabilities in their own layout instead of transposing every block.
+    dkt = jnp.zeros((*k.shape[:2], k.shape[3], k.shape[2]), _F32)
+    dvt = jnp.zeros(dkt.shape, _F32)
     for i in range(q.shape[3] // block):
         start, end = i * block, (i + 1) * block
         q_i, do_i = q[:, :, :, start:end], d_out[:, :, :, start:end]
@@ -125,14 +128,15 @@ def _attention_bwd(block, keep, residuals, d_out):
             p = jnp.exp(
                 _scores(q_i, k_i, _block_mask(key_valid, segments, i, block), scale) - lse[..., start:end, None]
             )
-        dv = dv.at[:, :, :end].add(
-            jnp.einsum("bkgst,bkgsd->bktd", p.astype(do_i.dtype), do_i, preferred_element_type=_F32)
+        dvt = dvt.at[..., :end].add(
+            jnp.einsum("bkgsd,bkgst->bkdt", do_i, p.astype(do_i.dtype), preferred_element_type=_F32)
         )
         dp = jnp.einsum("bkgsd,bktd->bkgst", do_i, v_i, preferred_element_type=_F32)
         ds = (p * (dp - delta[..., start:end, None]) * scale).astype(q.dtype)
         dq_blocks.append(jnp.einsum("bkgst,bktd->bkgsd", ds, k_i, preferred_element_type=_F32))
-        dk = dk.at[:, :, :end].add(jnp.einsum("bkgst,bkgsd->bktd", ds, q_i, preferred_element_type=_F32))
+        dkt = dkt.at[..., :end].add(jnp.einsum("bkgsd,bkgst->bkdt", q_i, ds, preferred_element_type=_F32))
     dq = jnp.concatenate(dq_blocks, axis=3)
+    dk, dv = jnp.swapaxes(dkt, -1, -2), jnp.swapaxes(dvt, -1, -2)
     return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None, None
 
 

@@ -141,11 +141,17 @@ def test_demonstrations_show_what_the_tools_print_and_score_as_designed(bwrap_po
     assert True in results and False in results  # the control: both outcomes occur, so the check can see each
 
 
+def _smallest_gold_call(task):
+    edit = task.gold["edit"]
+    old, new = demos.minimal_edit(task.files[edit["path"]], edit["old"], edit["new"])
+    return format_tool_call("replace", {"path": edit["path"], "old": old, "new": new})
+
+
 def test_the_demonstrations_are_right_about_a_third_of_the_time():
     conversations = demonstrations("repair_gen", {"num_tasks": 600, "seed": 0})
     tasks = generate_split("train", 600)
     assert len(conversations) == 600 and all(len(c) == 8 for c in conversations)
-    gold = [format_tool_call("replace", dict(t.gold["edit"])) for t in tasks]
+    gold = [_smallest_gold_call(t) for t in tasks]
     share = sum(c[5]["content"] == g for c, g in zip(conversations, gold, strict=True)) / len(tasks)
     assert 0.25 <= share <= 0.42, share  # three plausible fixes each: the SFT ceiling is designed at ~1/3
     with pytest.raises(ValueError, match="unknown option"):
@@ -174,3 +180,24 @@ def test_replace_refuses_what_would_not_be_a_one_place_edit(bwrap_pool):
     assert outputs[4].startswith("Error: replace:") and "new" in outputs[4]  # the schema names the missing argument
     assert outputs[5] == task.files[path]  # nothing was changed by any refused edit
     assert verification["reward"] == 0.0
+
+
+def test_a_demonstrations_edit_is_the_smallest_unique_one_and_makes_the_fixed_line():
+    source = "def f(a, b):\n    return a * 3 + b + 4\n"
+    line = "    return a * 3 + b + 4"
+    # `+` occurs twice: the edit widens to the left until it is unique; indentation is never copied
+    assert demos.minimal_edit(source, line, "    return a * 3 + b - 4") == ("b +", "b -")
+    assert demos.minimal_edit(source, line, "    return a * 3 + b + 5") == ("4", "5")
+    cmp = "def f(v, t):\n    if v < t:\n        return 1\n"
+    assert demos.minimal_edit(cmp, "    if v < t:", "    if v <= t:") == ("<", "<=")  # an insertion
+    with pytest.raises(ValueError, match="must occur once"):
+        demos.minimal_edit(source + line + "\n", line, "x")
+    for task in generate_split("train", 300):  # every plausible fix, from the bug and from each other fix
+        edit = task.gold["edit"]
+        for a in [edit["old"], *task.metadata["fixes"]]:
+            text = task.files[edit["path"]].replace(edit["old"], a, 1)
+            for b in task.metadata["fixes"]:
+                if b != a:
+                    old, new = demos.minimal_edit(text, a, b)
+                    assert text.count(old) == 1 and len(old) < len(a.strip()) + 1
+                    assert text.replace(old, new, 1) == text.replace(a, b, 1)

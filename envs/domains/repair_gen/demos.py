@@ -7,6 +7,11 @@ Every task has three plausible fixes (:mod:`.families`), so about a third of the
 are right, and imitation tops out there: what reinforcement learning can add is the habit of
 running the check after the edit and trying another fix when it still fails.
 
+Each ``replace`` names the smallest edit that says it: the whitespace-delimited words of the line
+that change, widened word by word until ``old`` occurs once in the file (``<`` -> ``<=``, not the
+whole indented line). The tool takes any unique text, and every byte a tiny byte-level model must
+copy from the file is one it can get wrong: a whole line is ~30 of them, the edit 1-10.
+
 Tool messages are exactly what the tools print (``run_tests`` via :func:`.tasks.report`, the
 file as ``read_file`` returns it, ``replace``'s line), so the warm start sees what rollouts show.
 
@@ -20,6 +25,7 @@ check passes: the control run that shows the ceiling is the demonstrations', not
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +44,41 @@ def run_tests_output(task: Task, source: str) -> str:
     """What ``run_tests`` prints for the module ``source`` of ``task`` (no sandbox needed)."""
     stdout, code = report(source, [tuple(c) for c in task.metadata["visible_cases"]])
     return format_process(ExecResult(code, stdout.encode(), b""), DEFAULT_MAX_OUTPUT_CHARS, 0.0)
+
+
+def _words(line: str) -> list[tuple[int, int]]:
+    return [m.span() for m in re.finditer(r"\S+", line)]
+
+
+def minimal_edit(source: str, old_line: str, new_line: str) -> tuple[str, str]:
+    """The shortest ``(old, new)`` turning ``old_line`` of ``source`` into ``new_line``, ``old`` unique.
+
+    The changed span (the lines' common prefix and suffix trimmed) grows to whole words, then one
+    word at a time (to the left first: ``b +`` reads as the site, ``+ 4`` as a constant) until
+    ``old`` occurs exactly once in ``source``; at worst it is the whole line without indentation.
+    """
+    if source.count(old_line) != 1:
+        raise ValueError(f"minimal_edit: the line {old_line!r} must occur once in the file")
+    prefix = 0
+    while prefix < min(len(old_line), len(new_line)) and old_line[prefix] == new_line[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(old_line), len(new_line)) - prefix and old_line[-1 - suffix] == new_line[-1 - suffix]:
+        suffix += 1
+    words = _words(old_line)
+    # The words the change touches (an insertion touches the word it lands in or beside).
+    touched = [i for i, (a, b) in enumerate(words) if a <= len(old_line) - suffix and b >= prefix]
+    lo, hi = touched[0], touched[-1]
+    while True:
+        start, end = words[lo][0], words[hi][1]
+        old = old_line[start:end]
+        if source.count(old) == 1 or (lo == 0 and hi == len(words) - 1):
+            new = new_line[start : len(new_line) - (len(old_line) - end)]
+            return old, new
+        if lo > 0:
+            lo -= 1
+        else:
+            hi += 1
 
 
 def demonstration(task: Task, rng: random.Random, *, retry: bool = False) -> tuple[Conversation, bool]:
@@ -66,7 +107,9 @@ def demonstration(task: Task, rng: random.Random, *, retry: bool = False) -> tup
     )
     current = old
     for new in fixes:
-        call("replace", {"path": path, "old": current, "new": new}, replaced_message(path, line))
+        text = source.replace(old, current, 1)
+        small_old, small_new = minimal_edit(text, current, new)
+        call("replace", {"path": path, "old": small_old, "new": small_new}, replaced_message(path, line))
         current = new
         if retry:
             call("run_tests", {}, run_tests_output(task, source.replace(old, new, 1)))

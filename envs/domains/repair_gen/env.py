@@ -7,9 +7,10 @@ tools (``run_tests``, ``read_file``, ``replace``, ``submit``), no system turn, a
 no git repository (the generated files never held the fix, so there is no history to squash,
 and an episode saves the ``git init``/``gc`` it would cost).
 
-``replace(path, old, new)`` is the edit a small model can emit: copy one line it has read and
-write it back changed. ``old`` must occur exactly once, so an edit never lands somewhere the
-model did not mean; every refusal says why, in a line.
+``replace(path, old, new)`` is the edit a small model can emit: copy the few words it has read
+that must change (the demonstrations copy the fewest that are unique) and write them back
+changed. ``old`` must occur exactly once, so an edit never lands somewhere the model did not
+mean; every refusal says why, in a line.
 """
 
 from __future__ import annotations
