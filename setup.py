@@ -18,6 +18,8 @@ CORE = [
     "numpy>=2.0,<3",
     "tokenizers>=0.22,<1",
     "safetensors>=0.6,<1",
+    # llama.cpp's GGUF format: reads (and dequantizes) pretrained models such as the packaged SmolLM2.
+    "gguf>=0.17,<1",
     "absl-py>=2.1,<3",
     "tqdm>=4.66,<5",
     "tensorboardX>=2.6,<3",

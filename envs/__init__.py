@@ -24,6 +24,7 @@ from envs.parsing import (
     ToolCall,
     ToolCallError,
     format_tool_call,
+    observation_text,
     parse_tool_calls,
     tool_response_block,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "get_tools",
     "load_tasks",
     "make_verifier",
+    "observation_text",
     "parse_tool_calls",
     "read_jsonl",
     "register_domain",

@@ -45,7 +45,7 @@ import gymnasium as gym
 
 from envs import anomalies
 from envs.episode import Episode, TokenCounter, ToolCallRecord, approx_tokens
-from envs.parsing import ParsedAction, ToolCallError, format_tool_call, parse_tool_calls, tool_response_block
+from envs.parsing import ParsedAction, ToolCallError, format_tool_call, observation_text, parse_tool_calls
 from envs.sandboxes import FreshSandboxes, SandboxFactory, SandboxRelease
 from envs.spaces import UnicodeText
 from envs.tasks import Task, TaskError, TaskSource, load_tasks
@@ -243,7 +243,7 @@ class AgentEnv(gym.Env[str, str]):
         episode.messages.append({"role": "assistant", "content": action})
         new_messages, records = self._act(action)
         episode.messages.extend(copy.deepcopy(new_messages))
-        observation = truncate_middle(_render_observation(new_messages), MAX_OBSERVATION_CHARS)
+        observation = truncate_middle(observation_text(new_messages), MAX_OBSERVATION_CHARS)
         if self._context_length is not None:
             episode.tokens = int(self._context_length(observation))
         else:
@@ -413,10 +413,6 @@ class AgentEnv(gym.Env[str, str]):
         sandbox, self.sandbox = self.sandbox, None
         if sandbox is not None:
             self._release(sandbox)
-
-
-def _render_observation(messages: list[dict[str, Any]]) -> str:
-    return "\n".join(tool_response_block(m["content"]) if m["role"] == "tool" else m["content"] for m in messages)
 
 
 def register_domain(name: str, *, env_id: str | None = None):

@@ -171,3 +171,10 @@ def format_tool_call(name: str, arguments: Mapping[str, Any] | None = None) -> s
 def tool_response_block(content: str) -> str:
     """How the Qwen2.5 chat template wraps one tool message; used for the plain-text observation."""
     return f"<tool_response>\n{content}\n</tool_response>"
+
+
+def observation_text(messages: list[dict[str, Any]]) -> str:
+    """The observation a policy reads for the messages a step appended: tool results as
+    :func:`tool_response_block` s, other messages (corrections) as their text, one per line.
+    The one rendering both rollouts and SFT demonstrations use, so the two never differ."""
+    return "\n".join(tool_response_block(m["content"]) if m["role"] == "tool" else m["content"] for m in messages)

@@ -3,7 +3,7 @@
 Read it top down; each package imports only the ones listed before it (and ``envs``):
 
   - :mod:`rl.models`: ``ModelConfig`` presets, the NNX ``Transformer``, sharding (meshes,
-    logical-axis rules, models created sharded) and Hugging Face weights.
+    logical-axis rules, models created sharded), Hugging Face weights and GGUF files.
   - :mod:`rl.generation`: chat format, tokenizers, token selection and the batched ``Sampler``.
   - :mod:`rl.learning`: advantage estimators, losses, batches, the pure train step, the
     ``Learner`` and SFT data.
@@ -17,7 +17,7 @@ Read it top down; each package imports only the ones listed before it (and ``env
   - :mod:`rl.results`: a finished (or live) run read back as tables, without JAX.
 
 The commands: ``python -m rl.train`` (:mod:`rl.train`), ``python -m rl.evaluate``
-(:mod:`rl.evaluate`) and ``python -m rl.replay`` (:mod:`rl.replay`).
+(:mod:`rl.evaluate`), ``python -m rl.export`` (:mod:`rl.export`) and ``python -m rl.replay`` (:mod:`rl.replay`).
 
 Modules are imported explicitly (``from rl.generation.sampler import Sampler``) rather than
 re-exported here, so that importing a light module (e.g. :mod:`rl.generation.tokenizer` or

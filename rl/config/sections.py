@@ -56,10 +56,11 @@ class PoolSettings:
 @dataclasses.dataclass(frozen=True)
 class ModelSettings:
     """A preset (``rl.models.PRESETS``) with ``overrides`` of its fields (e.g. ``num_layers=4``), or,
-    with ``path``, a local Hugging Face directory.
+    with ``path``, a local Hugging Face directory or a ``.gguf`` file (``configs.common.model`` resolves
+    a packaged one by name, e.g. ``"smollm2-135m-instruct"``).
 
     ``tokenizer``: ``"byte"`` (the embedded byte-level default), ``""`` (the one in ``path``) or a
-    directory / tokenizer.json. ``lora``: adapters to attach (``configs.common.lora``); with them
+    directory / tokenizer.json / .gguf file. ``lora``: adapters to attach (``configs.common.lora``); with them
     every learner trains only the adapters. ``config``: the resolved preset (not a config field).
     """
 

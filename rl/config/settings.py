@@ -65,7 +65,8 @@ def _model(node: Any) -> ModelSettings:
     if m.path:
         path = Path(m.path)
         found = (path / "config.json").is_file() and any(path.glob("*.safetensors"))
-        why = "a Hugging Face model directory (config.json + *.safetensors), or '' to use config.model.preset"
+        found = found or (path.suffix == ".gguf" and path.is_file())
+        why = "a Hugging Face model directory (config.json + *.safetensors), a .gguf file, or '' to use config.model.preset"
         need(found, "model.path", why, m.path)
     else:
         try:
@@ -80,7 +81,7 @@ def _model(node: Any) -> ModelSettings:
     hf = m.tokenizer_spec
     if hf != "byte":
         file = Path(hf) / "tokenizer.json" if Path(hf).is_dir() else Path(hf)
-        need(file.is_file(), "model.tokenizer", "'byte', or a tokenizer.json (or its directory)", hf)
+        need(file.is_file(), "model.tokenizer", "'byte', or a tokenizer.json (or its directory) or .gguf file", hf)
     return m
 
 

@@ -4,6 +4,7 @@
     piece by piece (prompt, completion, continuation).
   - :mod:`rl.generation.tokenizer`: the byte-level default and Hugging Face tokenizers, encoding a
     conversation turn by turn so a trajectory is never re-tokenized (no JAX).
+  - :mod:`rl.generation.gguf_tokenizer`: the tokenizer and chat template a GGUF file carries.
   - :mod:`rl.generation.token_selection`: pure per-row temperature / top-k / top-p / greedy choice
     of the next token, with its log-probs.
   - :mod:`rl.generation.sampler`: jitted, bucketed, batch-invariant generation (``Sampler``).

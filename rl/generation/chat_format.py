@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envs import tool_response_block
+from envs import observation_text, tool_response_block
 
 Message = Mapping[str, Any]
 ROLES = ("system", "user", "assistant", "tool")
@@ -80,11 +81,41 @@ class ChatMLFormat:
         (Qwen2.5 injects its own; ``None`` omits the system turn, or with tools starts the system
         turn directly with the tools block, as Qwen3 does).
       im_start, im_end: the turn delimiters (special tokens of the tokenizer).
+      tool_role: how ``tool`` messages render: ``"user"`` (Hermes: consecutive results in one user
+        turn, each in a ``<tool_response>`` block) or ``"tool"`` (each its own ``tool`` turn with the
+        bare content, as templates that render every role alike do, e.g. SmolLM2's). Environments'
+        observations are user turns either way (:meth:`render_observation`).
     """
 
     default_system_prompt: str | None = QWEN_DEFAULT_SYSTEM
     im_start: str = "<|im_start|>"
     im_end: str = "<|im_end|>"
+    tool_role: str = "user"
+
+    def __post_init__(self) -> None:
+        if self.tool_role not in ("user", "tool"):
+            raise ValueError(f"ChatMLFormat.tool_role: expected 'user' or 'tool', got {self.tool_role!r}")
+
+    @classmethod
+    def from_template(cls, template: str) -> ChatMLFormat:
+        """The format a ChatML Jinja chat template renders: its default system prompt (the system
+        turn it writes when the conversation has none) and how it renders tool messages.
+
+        Only the two shapes the tests compare with ``transformers``' own rendering are recognised: a
+        Hermes template (``<tool_response>``, Qwen's) and one that renders every message as
+        ``<|im_start|>{role}\\n{content}<|im_end|>`` (SmolLM2's). Anything else is refused by name.
+        """
+        if cls.im_start not in template or cls.im_end not in template:
+            raise ValueError("chat_template: not a ChatML template (no <|im_start|> / <|im_end|>)")
+        found = re.search(r"<\|im_start\|>system(?:\n|\\n)(.*?)<\|im_end\|>", template, re.S)
+        system = found.group(1).replace("\\n", "\n") if found else None
+        if system is not None and ("{" in system or "'" in system):  # a Jinja expression, not a literal
+            system = None
+        if "tool_response" in template:
+            return cls(default_system_prompt=system)
+        if re.search(r"message\[['\"]role['\"]\]|message\.role", template):
+            return cls(default_system_prompt=system, tool_role="tool")
+        raise ValueError("chat_template: a ChatML template whose tool messages this format cannot render")
 
     @property
     def generation_prompt(self) -> str:
@@ -109,6 +140,8 @@ class ChatMLFormat:
                 out.append(f"{self.im_start}{role}\n{content}{self.im_end}\n")
             elif role == "assistant":
                 out.append(f"{self.im_start}assistant" + self._completion(m, where) + "\n")
+            elif self.tool_role == "tool":
+                out.append(f"{self.im_start}tool\n{content}{self.im_end}\n")
             else:  # tool: consecutive tool results share one user turn
                 if i == 0 or messages[i - 1]["role"] != "tool":
                     out.append(f"{self.im_start}user")
@@ -155,6 +188,15 @@ class ChatMLFormat:
         would render the same results given as messages.
         """
         return f"\n{self.im_start}user\n{observation}{self.im_end}\n{self.generation_prompt}"
+
+    def render_results(self, messages: Sequence[Message]) -> str:
+        """Messages that follow a completion (tool results, corrections) as a rollout shows them: the
+        environment's observation text (:func:`envs.observation_text`) in one user turn. Equal to
+        :meth:`render_continuation` for Hermes tool turns; with ``tool_role="tool"`` this, not the
+        template's ``tool`` turns, is what a policy reads in a rollout, so demonstrations use it too."""
+        for i, m in enumerate(messages):
+            _check_message(m, f"messages[{i}]")
+        return self.render_observation(observation_text([dict(m) for m in messages]))
 
     def render_continuation(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
         """Turns appended after a completion that ended with ``im_end``.

@@ -108,6 +108,11 @@ class Tokenizer(abc.ABC):
         environment's rendered ``observation`` as the next user turn and the generation prompt."""
         return self.completion_suffix_ids(completion_ids) + self.encode(self.chat.render_observation(observation))
 
+    def encode_results(self, completion_ids: Sequence[int], messages: Sequence[Message]) -> list[int]:
+        """Ids appended after a completion for the messages that follow it, as a rollout would show
+        them (:meth:`~rl.generation.chat_format.ChatMLFormat.render_results`): what SFT trains on."""
+        return self.completion_suffix_ids(completion_ids) + self.encode(self.chat.render_results(messages))
+
     def encode_completion(self, message: Message) -> list[int]:
         """Ids of an assistant message as the model would emit them after the generation prompt."""
         return self.encode(self.chat.render_completion(message))
@@ -170,35 +175,66 @@ class ByteTokenizer(Tokenizer):
 class HFTokenizer(Tokenizer):
     """A Hugging Face ``tokenizers`` tokenizer from a local ``tokenizer.json``.
 
-    ``tokenizer_config.json`` (optional) provides the pad token and an extra stop token (its
-    ``eos_token``, if not already one of ``<|im_end|>`` / ``<|endoftext|>``). ``default_system_prompt="auto"``
-    uses Qwen2.5's default system prompt for Qwen tokenizers and none otherwise. Encoding never adds BOS/EOS
+    ``tokenizer_config.json`` (optional) provides the pad token, an extra stop token (its
+    ``eos_token``, if not already one of ``<|im_end|>`` / ``<|endoftext|>``) and the chat template.
+    ``default_system_prompt="auto"`` uses Qwen2.5's format for Qwen tokenizers, the template's own
+    default system prompt and tool turns for another ChatML template
+    (:meth:`~rl.generation.chat_format.ChatMLFormat.from_template`), and none otherwise. ``backend``
+    (a ``tokenizers.Tokenizer``) and ``config`` (that file's content) build one without files. Encoding never adds BOS/EOS
     (``add_special_tokens=False``): the chat format writes every special token it needs.
     """
 
-    def __init__(self, path: str | os.PathLike[str], default_system_prompt: str | None = "auto"):
-        from tokenizers import Tokenizer as _HFTokenizer
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        default_system_prompt: str | None = "auto",
+        *,
+        backend: Any = None,
+        config: Mapping[str, Any] | None = None,
+    ):
+        if backend is None:
+            from tokenizers import Tokenizer as _HFTokenizer
 
-        path = Path(path)
-        file = path / "tokenizer.json" if path.is_dir() else path
-        if not file.exists():
-            raise FileNotFoundError(f"{file}: tokenizer.json not found")
-        self._tok = _HFTokenizer.from_file(str(file))
-        config_file = file.parent / "tokenizer_config.json"
-        config = json.loads(config_file.read_text()) if config_file.exists() else {}
+            if path is None:
+                raise ValueError("HFTokenizer: give a path to tokenizer.json (or a directory), or a backend")
+            path = Path(path)
+            file = path / "tokenizer.json" if path.is_dir() else path
+            if not file.exists():
+                raise FileNotFoundError(f"{file}: tokenizer.json not found")
+            backend = _HFTokenizer.from_file(str(file))
+            config_file = file.parent / "tokenizer_config.json"
+            config = json.loads(config_file.read_text()) if config_file.exists() else {}
+        self._tok = backend
+        self.config = dict(config or {})
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
-        if default_system_prompt == "auto":
-            # Qwen's own tokenizers get Qwen2.5's default system prompt; anything else none.
-            is_qwen = (
-                "Qwen" in str(config.get("chat_template", ""))
-                or "qwen" in str(config.get("tokenizer_class", "")).lower()
-            )
-            default_system_prompt = ChatMLFormat().default_system_prompt if is_qwen else None
-        self._init_chat(ChatMLFormat(default_system_prompt=default_system_prompt))
-        pad_id, eos_id = (self._config_token_id(config, key) for key in ("pad_token", "eos_token"))
+        self._init_chat(self._chat_format(self.config, default_system_prompt))
+        pad_id, eos_id = (self._config_token_id(self.config, key) for key in ("pad_token", "eos_token"))
         if eos_id is not None and eos_id not in self.stop_token_ids:
             self.stop_token_ids = (*self.stop_token_ids, eos_id)
         self.pad_id = pad_id if pad_id is not None else self.stop_token_ids[-1]
+
+    @staticmethod
+    def _chat_format(config: Mapping[str, Any], default_system_prompt: str | None) -> ChatMLFormat:
+        """Qwen's tokenizers get Qwen2.5's format; another model's ChatML template its own (its
+        default system prompt, its tool turns); with neither, ChatML without a system prompt."""
+        template = str(config.get("chat_template") or "")
+        is_qwen = "Qwen" in template or "qwen" in str(config.get("tokenizer_class", "")).lower()
+        if default_system_prompt != "auto":
+            return ChatMLFormat(default_system_prompt=default_system_prompt)
+        if is_qwen:
+            return ChatMLFormat()
+        if ChatMLFormat.im_start in template:
+            return ChatMLFormat.from_template(template)
+        return ChatMLFormat(default_system_prompt=None)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Writes ``tokenizer.json`` and ``tokenizer_config.json`` (chat template, special tokens) to ``path``,
+        the files ``transformers``' ``AutoTokenizer`` and this class load."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self._tok.save(str(path / "tokenizer.json"))
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", **self.config}
+        (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
     def _config_token_id(self, config: Mapping[str, Any], key: str) -> int | None:
         token = config.get(key)
@@ -216,5 +252,12 @@ class HFTokenizer(Tokenizer):
 
 
 def load_tokenizer(path: str | os.PathLike[str] | None = None) -> Tokenizer:
-    """``HFTokenizer`` for a directory / ``tokenizer.json``; the :class:`ByteTokenizer` for ``None`` or ``"byte"``."""
-    return ByteTokenizer() if path is None or str(path) == "byte" else HFTokenizer(path)
+    """``HFTokenizer`` for a directory / ``tokenizer.json`` / ``.gguf`` file; the :class:`ByteTokenizer`
+    for ``None`` or ``"byte"``."""
+    if path is None or str(path) == "byte":
+        return ByteTokenizer()
+    if str(path).endswith(".gguf"):
+        from rl.generation.gguf_tokenizer import load_gguf_tokenizer
+
+        return load_gguf_tokenizer(path)
+    return HFTokenizer(path)

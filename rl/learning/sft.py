@@ -42,7 +42,13 @@ def encode_conversation(
         while j < len(messages) and messages[j]["role"] != "assistant":
             j += 1
         if j > i + 1:
-            turn = tok.completion_suffix_ids(completion) + tok.encode_turn(messages[i + 1 : j])
+            # Tool results as the environment shows them in a rollout (one observation turn), so
+            # imitation and RL see the same tokens whatever the chat template does with tool messages.
+            following = messages[i + 1 : j]
+            if any(m["role"] == "tool" for m in following):
+                turn = tok.encode_results(completion, following)
+            else:
+                turn = tok.completion_suffix_ids(completion) + tok.encode_turn(following)
             ids += turn
             mask += [0] * len(turn)
         i = j

@@ -9,6 +9,7 @@
   - :mod:`rl.models.lora`: low-rank adapters: attach, merge, save, load.
   - :mod:`rl.models.sharding`: meshes, logical-axis rules, models created in their shardings.
   - :mod:`rl.models.hf`: Hugging Face checkpoints to and from the sharded model, tensor by tensor.
+  - :mod:`rl.models.gguf`: GGUF files (llama.cpp's, e.g. the packaged SmolLM2) dequantized into it.
 
 ``ModelConfig``, the presets, ``Transformer`` and ``KVCache`` are re-exported here.
 """

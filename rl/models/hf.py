@@ -312,6 +312,27 @@ def load_hf_model(
     config = config.replace(param_dtype=param_dtype or config.dtype)
     files = _checkpoint_files(path)
     config = _resolve_tied_head(config, files, path)
+    with contextlib.ExitStack() as stack:
+        reader = _TensorReader(stack)
+        return place_tensors(
+            config, {name: (lambda n=name: reader.read(files[n], n)) for name in files}, str(path), mesh, rules
+        )
+
+
+def place_tensors(
+    config: ModelConfig,
+    tensors: dict[str, Callable[[], np.ndarray]],
+    source: str,
+    mesh: Mesh | None = None,
+    rules: Rules = DEFAULT_RULES,
+) -> Transformer:
+    """A sharded ``Transformer`` for ``config`` from Hugging Face-named tensors read one at a time.
+
+    ``tensors`` maps each HF tensor name to a function that reads it in the HF layout; every
+    parameter's tensor is read, mapped to our layout, checked against the shape ``config`` implies
+    and placed, then dropped. A name the model does not use is an error (``source`` names the file).
+    Shared by the safetensors and GGUF loaders, so both check the same things the same way.
+    """
     mesh = mesh if mesh is not None else make_mesh({"data": 1}, devices=jax.devices()[:1])
     graphdef, abstract_state = abstract_model(lambda: Transformer(config, rules=rules))
     shardings = state_shardings(abstract_state, mesh, rules)
@@ -319,29 +340,27 @@ def load_hf_model(
     flat = dict(nnx.to_flat_state(abstract_state))
     flat_shardings = dict(nnx.to_flat_state(shardings))
     used: set[str] = set()
-    with contextlib.ExitStack() as stack:
-        reader = _TensorReader(stack)
-        for state_path, hf_name, to_ours, _ in _param_table(config):
-            if hf_name not in files:
-                raise CheckpointError(f"{path}: tensor {hf_name!r} is missing from the checkpoint")
-            tensor = to_ours(reader.read(files[hf_name], hf_name))
-            var = flat[state_path]
-            if tuple(tensor.shape) != tuple(var.shape):
-                raise CheckpointError(
-                    f"{path}: tensor {hf_name!r} has shape {tuple(tensor.shape)} after mapping to our layout, "
-                    f"but the model built from config.json expects {tuple(var.shape)} at {'.'.join(map(str, state_path))}"
-                )
-            sharding = flat_shardings[state_path].get_value()
-            flat[state_path] = var.replace(host_to_sharded(tensor.astype(target, copy=False), sharding))
-            used.add(hf_name)
-            del tensor
+    for state_path, hf_name, to_ours, _ in _param_table(config):
+        if hf_name not in tensors:
+            raise CheckpointError(f"{source}: tensor {hf_name!r} is missing from the checkpoint")
+        tensor = to_ours(tensors[hf_name]())
+        var = flat[state_path]
+        if tuple(tensor.shape) != tuple(var.shape):
+            raise CheckpointError(
+                f"{source}: tensor {hf_name!r} has shape {tuple(tensor.shape)} after mapping to our layout, "
+                f"but the model built from its config expects {tuple(var.shape)} at {'.'.join(map(str, state_path))}"
+            )
+        sharding = flat_shardings[state_path].get_value()
+        flat[state_path] = var.replace(host_to_sharded(tensor.astype(target, copy=False), sharding))
+        used.add(hf_name)
+        del tensor
     unused = sorted(
         n
-        for n in set(files) - used
+        for n in set(tensors) - used
         if not n.endswith(_IGNORED_SUFFIXES) and not (n == "lm_head.weight" and config.tie_embeddings)
     )
     if unused:
-        raise CheckpointError(f"{path}: tensors not used by a {config.architecture} model: {unused[:10]}")
+        raise CheckpointError(f"{source}: tensors not used by a {config.architecture} model: {unused[:10]}")
     return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 

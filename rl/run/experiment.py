@@ -52,13 +52,15 @@ SAMPLER_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def make_model(model: ModelSettings, seed: int, mesh: jax.sharding.Mesh) -> Transformer:
-    """The preset initialised from ``seed``, or the Hugging Face checkpoint, created in its shardings;
+    """The preset initialised from ``seed``, or the Hugging Face checkpoint / GGUF file, created in its shardings;
     with ``model.lora``, adapters attached (zero updates: the same function as the base model)."""
     if model.path:
+        from rl.models.gguf import load_gguf_model
         from rl.models.hf import CheckpointError, load_hf_model
 
+        load = load_gguf_model if model.path.endswith(".gguf") else load_hf_model
         try:
-            built = load_hf_model(model.path, mesh=mesh, dtype=model.dtype, param_dtype=model.param_dtype)
+            built = load(model.path, mesh=mesh, dtype=model.dtype, param_dtype=model.param_dtype)
         except CheckpointError as exc:
             raise ConfigError(f"config.model.path: {exc}") from exc
     else:

@@ -131,17 +131,17 @@ def test_turn_by_turn_equals_whole(tokenizer):
 def test_the_environments_observation_is_the_turn_the_chat_template_renders(tokenizer):
     """The rollout appends the env's rendered observation; it must be token for token the template's turn."""
     import envs
-    from envs.core import _render_observation
+    from envs import observation_text
 
     completion = tokenizer.encode_completion(CONVERSATION[2])
     for start, end in ((3, 4), (5, 7), (8, 9)):
-        observation = _render_observation(CONVERSATION[start:end])
+        observation = observation_text(CONVERSATION[start:end])
         expected = tokenizer.completion_suffix_ids(completion) + tokenizer.encode_turn(CONVERSATION[start:end])
         assert tokenizer.encode_observation(completion, observation) == expected
     corrective = {"role": "user", "content": envs.core.NO_TOOL_CALL}
     assert tokenizer.encode_observation(completion, corrective["content"]) == tokenizer.encode_turn(corrective)
     truncated = tokenizer.encode("I will look at the fi")
-    observation = _render_observation(CONVERSATION[3:4])
+    observation = observation_text(CONVERSATION[3:4])
     assert tokenizer.encode_observation(truncated, observation) == tokenizer.completion_suffix_ids(
         truncated
     ) + tokenizer.encode_turn(CONVERSATION[3:4])
@@ -205,3 +205,26 @@ def test_bad_messages_are_named():
         fmt.render([{"role": "assistant", "content": "", "tool_calls": [{"arguments": {}}]}])
     with pytest.raises(ValueError, match="not in the vocabulary"):
         ByteTokenizer(special_tokens=("<|endoftext|>",))
+
+
+def test_sft_shows_tool_results_as_a_rollout_does_whatever_the_template_renders():
+    """With a template that renders tool messages as their own ``tool`` turns (SmolLM2's), a
+    demonstration's tool results still reach the learner as the environment's observation turn,
+    the tokens the policy reads in a rollout; the template's rendering would be a different turn."""
+    from envs import observation_text
+    from rl.learning.sft import encode_conversation
+
+    tok = ByteTokenizer()
+    tok._init_chat(ChatMLFormat(default_system_prompt=None, tool_role="tool"))
+    call = {"role": "assistant", "content": '<tool_call>\n{"name": "python", "arguments": {}}\n</tool_call>'}
+    result = {"role": "tool", "content": "408\n[exit code: 0]"}
+    answer = {"role": "assistant", "content": "408"}
+    conversation = [{"role": "user", "content": "12*34"}, call, result, answer]
+    ids, mask = encode_conversation(tok, conversation)
+    completion = tok.encode_completion(call)
+    expected = tok.encode_messages(conversation[:1], add_generation_prompt=True) + completion
+    expected += tok.encode_observation(completion, observation_text([result])) + tok.encode_completion(answer)
+    assert ids == expected
+    assert sum(mask) == len(completion) + len(tok.encode_completion(answer))
+    assert tok.chat.render_continuation([result]) != tok.chat.render_results([result])
+    assert "<|im_start|>tool\n408" in tok.chat.render([conversation[0], call, result])
