@@ -35,8 +35,8 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
         tasks={"arithmetic": common.pool(f"arithmetic:train:5000:{FORMS}")},
         sandbox=common.sandbox("bwrap"),
         algorithm=common.grpo(clip_low=0.2, clip_high=0.28),
-        # 8 micro-batches: a packed 32-episode batch's activations (~1.3 MB a token over the 30 layers,
-        # no remat) stay near 1 GB instead of ~10 GB, and the step is faster, not slower, on 2 cores.
+        # Micro-batches bound a packed batch's activations (no remat), without slowing the step on
+        # 2 cores (the measurements: docs/pretrained.md).
         optimizer=common.optimizer(2e-4, warmup_steps=2, grad_clip_norm=1.0, microbatches=8),
         rollout=common.rollout(
             group_size=8,
@@ -44,8 +44,8 @@ def get_config(arg: str | None = None) -> mlc.ConfigDict:
             max_new_tokens=64,
             max_context=512,
             temperature=1.0,
-            # The tools block would be ~220 of a ~300-token episode, every token of it recomputed by
-            # the learner; the short SFT teaches the call format instead.
+            # The tools block would be most of every episode's tokens, all recomputed by the learner;
+            # the short SFT teaches the call format instead (docs/pretrained.md).
             render_tools=False,
             tool_timeout_s=10.0,
         ),
